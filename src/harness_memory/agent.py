@@ -1,0 +1,248 @@
+"""build_agent(user_id): an agno Agent with persistent memory, and the pieces to do it by hand.
+
+Why this shape: people call ``build_agent`` once per request in their agno app, so it must be
+cheap (one GET per place for the index; the shared place's index is cached briefly per pod)
+and it must never fight agno: our five tools win over agno's own file tools and user-memory
+tools of the same names (agno keeps the first tool of a name and silently drops the rest),
+the memory prompt is appended to ``additional_context`` (never replacing the caller's), and
+a caller setting that would drop the prompt is warned about.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from agno.agent import Agent
+from agno.models.base import Model
+from agno.tools import Toolkit
+from agno.tools.function import Function
+
+from .config import MemoryConfig
+from .llm import ModelNotConfigured, make_agent_model
+from .memdir import CappedText, MemoryDir
+from .prompt import PromptParts, render_agent_memory_prompt
+from .services import MemoryServices, services_for
+from .tools import TOOL_NAMES, MemoryTools
+
+log = logging.getLogger(__name__)
+
+#: agno tools that would shadow or duplicate ours (agno's own file and user-memory tools).
+REPLACED_TOOL_NAMES = frozenset(TOOL_NAMES) | {"update_user_memory", "update_profile"}
+_FILE_TOOLKIT_CLASSES = ("FileTools", "LocalFileSystemTools")
+SHARED_INDEX_TTL = 30.0
+
+_default_config: MemoryConfig | None = None
+
+
+def default_config() -> MemoryConfig:
+    """The process config from the environment / ``$HARNESS_MEMORY_CONFIG``, loaded once."""
+    global _default_config
+    if _default_config is None:
+        _default_config = MemoryConfig.load()
+    return _default_config
+
+
+def build_agent(
+    user_id: str,
+    *,
+    agent_type: str = "default",
+    model: Model | None = None,
+    session_id: str | None = None,
+    query: str | None = None,
+    config: MemoryConfig | None = None,
+    tools: Sequence[Any] | None = None,
+    **agent_kwargs: Any,
+) -> Agent:
+    """An agno ``Agent`` for ``user_id`` with persistent memory wired in.
+
+    ``model`` defaults to the configured agent model (``HARNESS_MEMORY_MODEL`` …); with none
+    configured the agent is still built and its first run reports which setting is missing.
+    ``query`` (the user's message, when known) turns on relevant recall. Any other keyword goes
+    to ``Agent`` unchanged, except that memory-related settings that would conflict are adjusted
+    (with a warning).
+    """
+    cfg = config or default_config()
+    services = services_for(cfg)
+    own = services.user_agent_dir(user_id, agent_type)
+    shared = services.shared_agent_dir(agent_type)
+    if model is None:
+        model = _configured_model(cfg)
+    notes: list[str] = []
+    prompt = render_agent_memory_prompt(
+        PromptParts(own.index_text(), cached_shared_index(services, shared)),
+        own_label=own.place.label,
+        shared_label=shared.place.label,
+        scope=cfg.agent.scope,
+        shared_writable=cfg.agent.shared_write,
+        extra_notes=notes,
+        max_lines=cfg.limits.index_max_lines,
+        max_bytes=cfg.limits.index_max_bytes,
+    )
+    memory_tools = MemoryTools(own, shared, shared_writable=cfg.agent.shared_write)
+    agent_kwargs.setdefault("telemetry", False)
+    agent = Agent(
+        model=model,
+        user_id=user_id,
+        session_id=session_id,
+        tools=_filter_tools(list(tools or [])),
+        **_adjust_memory_kwargs(agent_kwargs),
+    )
+    inject_memory_tools(agent, memory_tools=memory_tools, prompt=prompt)
+    return agent
+
+
+def inject_memory_tools(
+    agent: Agent,
+    *,
+    user_id: str | None = None,
+    agent_type: str = "default",
+    config: MemoryConfig | None = None,
+    memory_tools: MemoryTools | None = None,
+    prompt: str | None = None,
+) -> Agent:
+    """Give an Agent you built yourself our five tools and the memory prompt.
+
+    Removes agno's file tools and user-memory tools (and anything named like ours), puts
+    ``MemoryTools`` first, appends the prompt to ``additional_context`` and turns agno's own
+    user memory / profile learning off. Returns the same agent.
+    """
+    if memory_tools is None or prompt is None:
+        uid = user_id or agent.user_id
+        if not uid:
+            raise ValueError("inject_memory_tools needs a user_id (argument or agent.user_id)")
+        services = services_for(config or default_config())
+        own = services.user_agent_dir(uid, agent_type)
+        shared = services.shared_agent_dir(agent_type)
+        cfg = services.config
+        memory_tools = memory_tools or MemoryTools(own, shared, shared_writable=cfg.agent.shared_write)
+        if prompt is None:
+            prompt = render_agent_memory_prompt(
+                PromptParts(own.index_text(), cached_shared_index(services, shared)),
+                own_label=own.place.label, shared_label=shared.place.label, scope=cfg.agent.scope,
+                shared_writable=cfg.agent.shared_write, max_lines=cfg.limits.index_max_lines,
+                max_bytes=cfg.limits.index_max_bytes)
+    agent.tools = [memory_tools, *_filter_tools(list(agent.tools or []))]
+    append_context(agent, prompt)
+    for key, value in _adjust_memory_kwargs({"enable_agentic_memory": agent.enable_agentic_memory,
+                                             "learning": agent.learning}).items():
+        setattr(agent, key, value)
+    warn_if_context_dropped(agent)
+    return agent
+
+
+def append_context(agent: Agent, text: str) -> None:
+    """Append to ``additional_context`` without overwriting what the caller put there."""
+    existing = agent.additional_context
+    agent.additional_context = f"{existing.rstrip()}\n\n{text}" if existing else text
+
+
+def warn_if_context_dropped(agent: Agent) -> None:
+    """agno drops ``additional_context`` when ``system_message`` is set or ``build_context=False``."""
+    if agent.system_message is not None:
+        log.warning("agent has system_message set: agno will not send additional_context, so the "
+                    "Persistent Agent Memory prompt is dropped; put your text in `instructions` instead")
+    if agent.build_context is False:
+        log.warning("agent has build_context=False: agno will not send the Persistent Agent Memory prompt")
+
+
+def cached_shared_index(services: MemoryServices, shared: MemoryDir) -> CappedText:
+    """The shared place's index, cached per pod for ``SHARED_INDEX_TTL`` s.
+
+    Why: every build reads it, it changes rarely, and the cache saves one request per build.
+    A save through this pod's tools refreshes it on the next build after the TTL.
+    """
+    cache: dict[str, tuple[float, CappedText]] = services.__dict__.setdefault("_shared_index_cache", {})
+    now = time.monotonic()
+    hit = cache.get(shared.place.prefix)
+    if hit is not None and hit[0] > now:
+        return hit[1]
+    try:
+        text = shared.index_text()
+    except Exception as exc:
+        log.warning("shared memory index unavailable (%s)", exc)
+        return hit[1] if hit else CappedText("", False, 0)
+    cache[shared.place.prefix] = (now + SHARED_INDEX_TTL, text)
+    return text
+
+
+# -- helpers -------------------------------------------------------------------------------
+def _configured_model(cfg: MemoryConfig) -> Model:
+    try:
+        return make_agent_model(cfg.model)
+    except ModelNotConfigured as exc:
+        return UnconfiguredModel(str(exc))
+
+
+class UnconfiguredModel(Model):
+    """Stands in when no model is configured: the run fails with a message naming the setting.
+
+    Why not fail in build_agent: importing and building must work without credentials (tests,
+    the CLI, the control plane's memory endpoints); only running the model needs them.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(id="unconfigured", name="unconfigured", provider="harness-memory")
+        self.message = message
+
+    def _fail(self, *args: Any, **kwargs: Any) -> Any:
+        raise ModelNotConfigured(self.message)
+
+    invoke = ainvoke = invoke_stream = ainvoke_stream = _fail
+    _parse_provider_response = _parse_provider_response_delta = _fail
+
+
+def _tool_name(tool: Any) -> str | None:
+    if isinstance(tool, Function):
+        return tool.name
+    if isinstance(tool, Toolkit):
+        return None
+    return getattr(tool, "__name__", None)
+
+
+def _filter_tools(tools: list[Any]) -> list[Any]:
+    """Drop agno's file tools and anything named like our tools or agno's user-memory tools."""
+    kept: list[Any] = []
+    for tool in tools:
+        if isinstance(tool, MemoryTools):
+            continue  # re-injection: ours is added again in front
+        if isinstance(tool, Toolkit):
+            if type(tool).__name__ in _FILE_TOOLKIT_CLASSES:
+                log.warning("removed agno %s: harness-memory's memory tools replace it", type(tool).__name__)
+                continue
+            clashes = [n for n in list(tool.functions) + list(tool.async_functions) if n in REPLACED_TOOL_NAMES]
+            for name in set(clashes):
+                tool.functions.pop(name, None)
+                tool.async_functions.pop(name, None)
+                log.warning("removed tool %r from toolkit %s: it clashes with harness-memory's", name, tool.name)
+            kept.append(tool)
+            continue
+        name = _tool_name(tool)
+        if name in REPLACED_TOOL_NAMES:
+            log.warning("removed tool %r: it clashes with harness-memory's memory tools", name)
+            continue
+        kept.append(tool)
+    return kept
+
+
+def _adjust_memory_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Turn off agno's own user memory / profile so two memories do not compete."""
+    out = dict(kwargs)
+    if out.get("enable_agentic_memory"):
+        log.warning("enable_agentic_memory turned off: harness-memory manages the user's memory")
+        out["enable_agentic_memory"] = False
+    learning = out.get("learning")
+    if learning is True:
+        log.warning("learning=True turned off: its user_profile/user_memory would compete with harness-memory")
+        out["learning"] = None
+    elif (learning is not None and dataclasses.is_dataclass(learning) and not isinstance(learning, type)
+          and (getattr(learning, "user_profile", False) or getattr(learning, "user_memory", False))):
+        log.warning("LearningMachine user_profile/user_memory turned off: harness-memory manages them")
+        out["learning"] = dataclasses.replace(learning, user_profile=False, user_memory=False)
+    return out
+
+
+HookFn = Callable[..., None]

@@ -1,0 +1,224 @@
+"""Typed data of auto memory: facts, the profile, captured messages and queue batches.
+
+Why its own module: capture, queue, updater, apply and injection all speak these types, and
+none of them should depend on another's internals to share a dataclass.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from ..memdir import MemoryType
+
+FACT_PREFIX = "fact-"
+PROFILE_FILE = "profile.md"
+#: Longest fact we store: the fact is the manifest description, whose limit is 500 characters.
+MAX_FACT_CHARS = 400
+MAX_SOURCE_ERROR_CHARS = 300
+#: Longest profile section summary (a few sentences; the injection budget is shared).
+MAX_SECTION_CHARS = 800
+
+
+class Category(StrEnum):
+    PREFERENCE = "preference"
+    KNOWLEDGE = "knowledge"
+    CONTEXT = "context"
+    BEHAVIOR = "behavior"
+    GOAL = "goal"
+    CORRECTION = "correction"
+
+    @property
+    def memory_type(self) -> MemoryType:
+        """The memory-file type a fact of this category is stored as (see prompt.TYPES_SECTION)."""
+        return _CATEGORY_TYPES[self]
+
+    @classmethod
+    def parse(cls, value: object) -> Category | None:
+        """Tolerant: case, spaces and a plural ``s`` are forgiven; anything else is None."""
+        if not isinstance(value, str):
+            return None
+        norm = value.strip().lower().replace(" ", "")
+        for candidate in (norm, norm[:-1] if norm.endswith("s") else norm):
+            try:
+                return cls(candidate)
+            except ValueError:
+                continue
+        return None
+
+
+_CATEGORY_TYPES = {
+    Category.PREFERENCE: MemoryType.USER,
+    Category.KNOWLEDGE: MemoryType.USER,
+    Category.BEHAVIOR: MemoryType.USER,
+    Category.CONTEXT: MemoryType.PROJECT,
+    Category.GOAL: MemoryType.PROJECT,
+    Category.CORRECTION: MemoryType.FEEDBACK,
+}
+
+
+class ProfileKey(StrEnum):
+    """The six profile sections, in injection order (DeerFlow's user + history groups)."""
+
+    WORK = "workContext"
+    PERSONAL = "personalContext"
+    TOP_OF_MIND = "topOfMind"
+    RECENT = "recentMonths"
+    EARLIER = "earlierContext"
+    BACKGROUND = "longTermBackground"
+
+    @property
+    def title(self) -> str:
+        return _SECTION_TITLES[self]
+
+    @property
+    def group(self) -> str:
+        """``user`` or ``history`` — the group of the JSON answer the section sits in."""
+        return "user" if self in (ProfileKey.WORK, ProfileKey.PERSONAL, ProfileKey.TOP_OF_MIND) else "history"
+
+
+_SECTION_TITLES = {
+    ProfileKey.WORK: "Work context",
+    ProfileKey.PERSONAL: "Personal context",
+    ProfileKey.TOP_OF_MIND: "Top of mind",
+    ProfileKey.RECENT: "Recent months",
+    ProfileKey.EARLIER: "Earlier context",
+    ProfileKey.BACKGROUND: "Long-term background",
+}
+
+
+@dataclass(slots=True)
+class Profile:
+    """The user profile: one short summary per section (missing = empty)."""
+
+    sections: dict[ProfileKey, str] = field(default_factory=dict)
+
+    def get(self, key: ProfileKey) -> str:
+        return self.sections.get(key, "")
+
+    def items(self) -> list[tuple[ProfileKey, str]]:
+        """Non-empty sections in injection order."""
+        return [(k, self.sections[k]) for k in ProfileKey if self.sections.get(k, "").strip()]
+
+    def is_empty(self) -> bool:
+        return not self.items()
+
+    def to_json(self) -> dict[str, str]:
+        return {k.value: v for k, v in self.items()}
+
+    @classmethod
+    def from_json(cls, data: object) -> Profile:
+        sections: dict[ProfileKey, str] = {}
+        if isinstance(data, dict):
+            for key in ProfileKey:
+                value = data.get(key.value)
+                if isinstance(value, str) and value.strip():
+                    sections[key] = value.strip()
+        return cls(sections)
+
+
+@dataclass(slots=True)
+class Fact:
+    """One remembered fact. ``id`` is the memory file name without ``.md``."""
+
+    id: str
+    content: str
+    category: Category
+    confidence: float
+    source: str = "auto"
+    source_error: str | None = None
+    created: str = ""
+    updated: str = ""
+    #: The manifest entry's ``updated_at`` when read: tells whether someone edited it since.
+    stamp: float = 0.0
+
+    @property
+    def file(self) -> str:
+        return self.id + ".md"
+
+    @property
+    def is_manual(self) -> bool:
+        """Added or edited by a person (API, tools): never trimmed away by the auto updater."""
+        return self.source in ("manual", "import")
+
+    @property
+    def norm(self) -> str:
+        return normalize_text(self.content)
+
+
+@dataclass(frozen=True, slots=True)
+class CapturedMessage:
+    """A user input or final assistant reply kept from a run. ``key`` identifies it for the
+    per-session watermark (stable across a re-delivery of the same run)."""
+
+    role: str  # "user" | "assistant"
+    text: str
+    key: str
+    created_at: float = 0.0
+
+    @staticmethod
+    def make_key(run_id: str | None, role: str, text: str, index: int) -> str:
+        raw = f"{run_id or ''}\x00{index}\x00{role}\x00{text}"
+        return hashlib.sha1(raw.encode("utf-8")).hexdigest()[:12]
+
+
+@dataclass(frozen=True, slots=True)
+class Signals:
+    """What the capture noticed in the user's words. OR-ed when queue items merge."""
+
+    correction: bool = False
+    reinforcement: bool = False
+    #: Short excerpts of the user messages that carried a correction (for the prompt).
+    correction_hints: tuple[str, ...] = ()
+
+    def merge(self, other: Signals) -> Signals:
+        hints = tuple(dict.fromkeys(self.correction_hints + other.correction_hints))[-5:]
+        return Signals(self.correction or other.correction, self.reinforcement or other.reinforcement, hints)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueKey:
+    user_id: str
+    agent_type: str
+    session_id: str
+
+    @property
+    def watermark_id(self) -> str:
+        return f"{self.agent_type}/{self.session_id}"
+
+
+@dataclass(slots=True)
+class Batch:
+    """The pending conversation of one (user, agent type, session), merged across runs."""
+
+    key: QueueKey
+    messages: list[CapturedMessage]
+    signals: Signals
+    first_at: float
+    last_at: float
+    attempts: int = 0
+    not_before: float = 0.0
+
+    def extend(self, messages: list[CapturedMessage], signals: Signals, now: float) -> None:
+        """Merge a newer capture: messages appended (duplicates by key dropped), flags OR-ed."""
+        seen = {m.key for m in self.messages}
+        self.messages.extend(m for m in messages if m.key not in seen)
+        self.signals = self.signals.merge(signals)
+        self.last_at = max(self.last_at, now)
+
+
+_PUNCT_OR_SPACE = re.compile(r"[\s\W_]+", re.UNICODE)
+
+
+def normalize_text(text: str) -> str:
+    """Key for near-duplicate detection: NFKC, case-folded, spaces and punctuation removed."""
+    return _PUNCT_OR_SPACE.sub("", unicodedata.normalize("NFKC", text).casefold())
+
+
+def one_line(text: str, limit: int) -> str:
+    """Collapse whitespace; cut at ``limit`` characters with an ellipsis."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"

@@ -1,0 +1,320 @@
+"""One typed configuration object, built once at the edge and passed down.
+
+Why one object: every layer (store, buffer, model, tools) needs a few settings, and a
+module that reads the environment deep down cannot be tested or run twice in one process
+with two setups. ``MemoryConfig.load()`` reads an optional YAML file and the
+``HARNESS_MEMORY_*`` environment variables (env wins over YAML, explicit overrides win
+over both); everything below takes the object (or one of its sections) as an argument.
+
+Each field's environment variable is ``HARNESS_MEMORY_`` + the section's env prefix +
+the field name in upper case (``store.cos_bucket`` -> ``HARNESS_MEMORY_COS_BUCKET``,
+``session.first_threshold_tokens`` -> ``HARNESS_MEMORY_SESSION_FIRST_THRESHOLD_TOKENS``).
+``env_table()`` lists them all; the README's table is generated from it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+
+ENV_PREFIX = "HARNESS_MEMORY_"
+
+
+class ConfigError(ValueError):
+    """A setting is missing or malformed; the message names the setting."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class StoreConfig(_Section):
+    """Where memory objects live: Tencent COS (or any COS/S3 endpoint) or a local directory."""
+
+    backend: Literal["cos", "local"] | None = Field(
+        None, description="`cos` or `local`; default `cos` when a bucket is set, else `local`."
+    )
+    local_root: Path = Field(
+        Path("~/.harness"), description="Root directory of the local store (the `.harness` root)."
+    )
+    cos_bucket: str | None = Field(None, description="COS bucket name (`name-appid`).")
+    cos_region: str | None = Field(None, description="COS region, e.g. `ap-guangzhou`.")
+    cos_secret_id: SecretStr | None = Field(None, description="COS SecretId.")
+    cos_secret_key: SecretStr | None = Field(None, description="COS SecretKey.")
+    cos_token: SecretStr | None = Field(None, description="Temporary-credential session token.")
+    cos_endpoint: str | None = Field(
+        None, description="Endpoint host; the bucket is prefixed virtual-host style."
+    )
+    cos_domain: str | None = Field(
+        None,
+        description="Host (and path) used verbatim, no bucket added; `127.0.0.1:8333/bucket` gives "
+        "path-style for a local S3/COS server.",
+    )
+    cos_scheme: Literal["http", "https"] = Field("https", description="`http` or `https`.")
+    cos_anonymous: bool = Field(False, description="Send unsigned requests (local test servers).")
+    cos_timeout: float = Field(10.0, gt=0, description="Seconds per COS request.")
+    cos_retries: int = Field(1, ge=0, le=10, description="SDK retries on network errors and 5xx.")
+    cos_pool_size: int = Field(32, ge=1, description="HTTP connection pool size of the COS client.")
+    cos_conditional_put: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Use If-Match / If-None-Match on PUT. `auto`: on for a custom `cos_domain` "
+        "(S3-compatible servers), off for real COS (which ignores them).",
+    )
+    io_threads: int = Field(16, ge=1, description="Thread pool size for async callers of the store.")
+    key_prefix: str = Field("memory/", description="Prefix of every object key.")
+
+    @property
+    def effective_backend(self) -> Literal["cos", "local"]:
+        if self.backend:
+            return self.backend
+        return "cos" if self.cos_bucket else "local"
+
+
+class RedisConfig(_Section):
+    """The shared hot buffer and lock server; absent means in-process mode."""
+
+    url: str | None = Field(None, description="`redis://host:port/db`; unset = in-process mode.")
+    key_prefix: str = Field("hm:", description="Prefix of every Redis key.")
+    socket_timeout: float = Field(1.0, gt=0, description="Seconds per Redis command.")
+    retry_after_seconds: float = Field(
+        30.0, ge=0, description="After Redis fails, seconds before it is probed again."
+    )
+
+
+class LimitsConfig(_Section):
+    """Bounds on what one memory place may hold."""
+
+    max_file_bytes: int = Field(65536, ge=256, description="Largest memory file (bytes, UTF-8).")
+    max_files_per_place: int = Field(10000, ge=1, description="Most memory files in one place.")
+    index_max_lines: int = Field(200, ge=1, description="MEMORY.md lines shown to the model.")
+    index_max_bytes: int = Field(25600, ge=256, description="MEMORY.md bytes shown to the model.")
+    lock_ttl_seconds: float = Field(15.0, gt=0, description="TTL of a place lock (crashed holder).")
+    lock_wait_seconds: float = Field(20.0, gt=0, description="How long a writer waits for the lock.")
+
+
+class ModelConfig(_Section):
+    """The agent's model and the light model used for memory work (OpenAI-compatible)."""
+
+    model: str | None = Field(None, description="Agent model id.")
+    base_url: str | None = Field(None, description="OpenAI-compatible base URL of the agent model.")
+    api_key: SecretStr | None = Field(None, description="API key of the agent model.")
+    light_model: str | None = Field(None, description="Light model id (default: `model`).")
+    light_base_url: str | None = Field(None, description="Light model base URL (default: `base_url`).")
+    light_api_key: SecretStr | None = Field(None, description="Light model key (default: `api_key`).")
+    model_timeout: float = Field(60.0, gt=0, description="Seconds per agent-model request.")
+    light_timeout: float = Field(30.0, gt=0, description="Seconds per light-model request.")
+
+
+class AgentConfig(_Section):
+    """How `build_agent` lays out memory for an agent."""
+
+    project: str = Field("default", description="Project name of the auto-memory places.")
+    shared_write: bool = Field(
+        False, description="Whether agents may write the shared agent memory (else read-only)."
+    )
+    scope: Literal["user", "project", "local"] = Field(
+        "user", description="Scope guidance in the prompt: `user`, `project` or `local`."
+    )
+    snapshots_dir: Path = Field(Path("snapshots"), description="Folder of `<agent_type>/` snapshots.")
+
+
+class SessionConfig(_Section):
+    """Session memory: hot buffer thresholds and the summary cache."""
+
+    enabled: bool = Field(True, description="Register the session-memory hook in `build_agent`.")
+    first_threshold_tokens: int = Field(10000, ge=1, description="Tokens before the first summary.")
+    update_threshold_tokens: int = Field(5000, ge=1, description="New tokens before a re-summary.")
+    min_tool_calls: int = Field(3, ge=0, description="Tool calls that allow a re-summary mid-task.")
+    buffer_max_messages: int = Field(2000, ge=10, description="Cap of the buffered message list.")
+    ttl_seconds: int = Field(3600, ge=60, description="TTL of a session's Redis keys.")
+    keep_messages: int = Field(5, ge=0, description="Messages kept in the buffer after a summary.")
+    lock_ttl_seconds: int = Field(120, ge=5, description="TTL of the summarisation lock.")
+    lru_size: int = Field(1024, ge=1, description="Summaries cached per pod.")
+    summary_max_chars: int = Field(12000, ge=500, description="Bound on one stored summary.")
+    message_max_chars: int = Field(
+        4000, ge=200, description="Longest buffered message (chars); longer tool output is cut."
+    )
+    extract_max_input_tokens: int = Field(
+        24000, ge=500, description="New-message tokens sent per summary call; the rest waits."
+    )
+    extract_workers: int = Field(2, ge=1, le=32, description="Background threads for summary calls.")
+    queue_max: int = Field(
+        10000, ge=1, description="Runs waiting for the background collector before hooks collect inline."
+    )
+    failure_backoff_seconds: float = Field(
+        60.0, ge=0, description="Pause after a failed summary before the next automatic attempt."
+    )
+
+
+class AutoMemoryConfig(_Section):
+    """Auto memory: debounced background extraction of facts and a profile."""
+
+    enabled: bool = Field(True, description="Capture runs and inject auto memory in `build_agent`.")
+    debounce_seconds: float = Field(30.0, ge=0, description="Quiet time before an extraction.")
+    max_wait_seconds: float = Field(300.0, ge=0, description="Longest an update may be postponed.")
+    queue_max: int = Field(1000, ge=1, description="Most pending (user, agent, session) entries.")
+    fact_confidence_threshold: float = Field(0.7, ge=0, le=1, description="Facts below are dropped.")
+    max_facts: int = Field(100, ge=1, description="Most facts kept per place.")
+    max_injection_tokens: int = Field(2000, ge=50, description="Token budget of the injected block.")
+    correction_share: float = Field(0.25, ge=0, le=1, description="Budget share reserved for corrections.")
+    model: str | None = Field(None, description="Model id for extraction (default: light model).")
+
+
+class RecallConfig(_Section):
+    """Relevant recall: files chosen per query and put into the context."""
+
+    enabled: bool = Field(True, description="Recall files when `build_agent` gets a query.")
+    max_files: int = Field(5, ge=1, le=5, description="Files chosen per query (at most 5).")
+    file_max_lines: int = Field(200, ge=1, description="Lines per recalled file.")
+    file_max_bytes: int = Field(4096, ge=256, description="Bytes per recalled file.")
+    total_max_bytes: int = Field(16384, ge=1024, description="Bytes of all recalled files together.")
+    use_model: bool = Field(True, description="Ask the light model (else lexical ranking only).")
+    model_timeout: float = Field(
+        8.0, gt=0, description="Seconds the light model may take to pick files; then lexical ranking answers."
+    )
+    max_candidates: int = Field(
+        200, ge=5, description="Most memory lines shown to the light model (a lexical pre-filter picks them)."
+    )
+    stale_after_days: float = Field(
+        1.0, ge=0, description="Recalled memories older than this get a 'verify before relying on it' note."
+    )
+    surfaced_max_sessions: int = Field(
+        4096, ge=1, description="Sessions whose recalled files are remembered per pod when Redis is absent."
+    )
+
+
+class ServerConfig(_Section):
+    """The HTTP control plane."""
+
+    host: str = Field("127.0.0.1", description="Bind address of `harness-memory serve`.")
+    port: int = Field(8765, ge=1, le=65535, description="Port of `harness-memory serve`.")
+    api_token: SecretStr | None = Field(None, description="Bearer token required on every call.")
+    admin_token: SecretStr | None = Field(None, description="Bearer token for shared places.")
+    user_source: Literal["header", "body"] = Field(
+        "header", description="Where the trusted user id comes from: `wid` header or body `user_id`."
+    )
+
+
+# Section name -> env prefix after HARNESS_MEMORY_.
+_SECTIONS: dict[str, str] = {
+    "store": "",
+    "redis": "REDIS_",
+    "limits": "",
+    "model": "",
+    "agent": "",
+    "session": "SESSION_",
+    "auto": "AUTO_",
+    "recall": "RECALL_",
+    "server": "SERVER_",
+}
+
+
+class MemoryConfig(_Section):
+    """Every setting of harness-memory, grouped by layer."""
+
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    redis: RedisConfig = Field(default_factory=RedisConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    session: SessionConfig = Field(default_factory=SessionConfig)
+    auto: AutoMemoryConfig = Field(default_factory=AutoMemoryConfig)
+    recall: RecallConfig = Field(default_factory=RecallConfig)
+    server: ServerConfig = Field(default_factory=ServerConfig)
+
+    @classmethod
+    def load(
+        cls,
+        yaml_path: str | Path | None = None,
+        env: Mapping[str, str] | None = None,
+        **overrides: Any,
+    ) -> MemoryConfig:
+        """Build the config: defaults < YAML file < environment < ``overrides``.
+
+        ``yaml_path`` defaults to ``$HARNESS_MEMORY_CONFIG``. ``overrides`` are nested dicts by
+        section (``store={"backend": "local"}``).
+        """
+        env = os.environ if env is None else env
+        data: dict[str, Any] = {}
+        path = yaml_path or env.get(ENV_PREFIX + "CONFIG")
+        if path:
+            data = _read_yaml(Path(path).expanduser())
+        for env_name, section, field in _env_fields():
+            if env_name in env:
+                data.setdefault(section, {})[field] = env[env_name]
+        for section, values in overrides.items():
+            if section not in _SECTIONS:
+                raise ConfigError(f"unknown config section {section!r}")
+            data.setdefault(section, {}).update(values)
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise ConfigError(_explain(exc)) from None
+
+    def public_dict(self) -> dict[str, Any]:
+        """The effective config with every secret masked (safe to log or serve)."""
+        out = self.model_dump(mode="json")
+        for section in out.values():
+            for key, value in section.items():
+                if value is not None and _is_secret(key):
+                    section[key] = "***"
+        return out
+
+
+def _is_secret(field: str) -> bool:
+    return field.endswith(("secret_id", "secret_key", "_token", "api_key")) or field == "api_token"
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of sections")
+    for section, values in list(loaded.items()):
+        if values is None:  # every key commented out: an empty section, not an error
+            loaded[section] = {}
+        elif not isinstance(values, dict):
+            raise ConfigError(f"section {section!r} of config file {path} must be a mapping")
+    return loaded
+
+
+def _env_fields() -> Iterator[tuple[str, str, str]]:
+    for section, prefix in _SECTIONS.items():
+        model = MemoryConfig.model_fields[section].annotation
+        assert isinstance(model, type) and issubclass(model, BaseModel)
+        for field in model.model_fields:
+            yield ENV_PREFIX + prefix + field.upper(), section, field
+
+
+def env_table() -> list[tuple[str, str, str, str]]:
+    """(env var, config path, default, description) for every setting — the README table."""
+    rows = []
+    for env_name, section, field in _env_fields():
+        model = MemoryConfig.model_fields[section].annotation
+        assert isinstance(model, type) and issubclass(model, BaseModel)
+        info = model.model_fields[field]
+        default = info.default
+        shown = "" if default is None else str(default)
+        rows.append((env_name, f"{section}.{field}", shown, info.description or ""))
+    return rows
+
+
+def _explain(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        section, _, field = loc.partition(".")
+        hint = ""
+        if section in _SECTIONS and field:
+            hint = f" (env {ENV_PREFIX}{_SECTIONS[section]}{field.split('.')[0].upper()})"
+        parts.append(f"{loc}{hint}: {err['msg']}")
+    return "invalid configuration: " + "; ".join(parts)

@@ -1,0 +1,44 @@
+"""Exception types shared by the layers.
+
+Why our own types: callers above ``storage`` must not know whether COS or a local
+directory answered, so SDK and OS errors are mapped here by meaning (missing, conflict,
+unreachable) and every message is written for a person.
+"""
+
+from __future__ import annotations
+
+
+class HarnessMemoryError(Exception):
+    """Base of every error raised by harness-memory."""
+
+
+class StorageError(HarnessMemoryError):
+    """The object store failed in a way not covered by a narrower type."""
+
+
+class ObjectNotFound(StorageError):
+    """The key does not exist."""
+
+
+class PreconditionFailed(StorageError):
+    """A conditional write lost: the object exists (create-only) or changed (if-match)."""
+
+
+class StorageUnavailable(StorageError):
+    """The store could not be reached or timed out; the operation may be retried later."""
+
+
+class AccessDenied(StorageError):
+    """The store refused the credentials or the operation."""
+
+
+class InvalidName(HarnessMemoryError, ValueError):
+    """A user id, agent type, project or file name is not allowed; the message says why."""
+
+
+class MemoryFormatError(HarnessMemoryError, ValueError):
+    """A memory file's frontmatter or content is malformed; the message says what to fix."""
+
+
+class LockTimeout(HarnessMemoryError):
+    """A place lock could not be taken in time (another writer holds it)."""

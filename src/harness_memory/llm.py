@@ -1,0 +1,394 @@
+"""The model layer: the agent's agno model and the light model used for memory work.
+
+Why two paths: the agent model is whatever agno drives (tools, streaming, hooks), so it is an
+agno ``OpenAILike``. Memory work (summaries, extraction, recall) needs only one-shot completions
+with strict timeouts and a clear failure mode, so ``LightModel`` talks to the server through
+the ``openai`` client directly and turns every failure into ``LLMError``, which callers catch
+to degrade (a memory failure must never fail the user's run).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import openai
+from openai import AsyncOpenAI, OpenAI
+
+from harness_memory.config import ModelConfig
+from harness_memory.errors import HarnessMemoryError
+from harness_memory.tokens import count_message_tokens, estimate_tokens
+
+if TYPE_CHECKING:
+    from agno.models.openai.like import OpenAILike
+
+logger = logging.getLogger(__name__)
+
+_NO_KEY = "not-provided"  # local OpenAI-compatible servers need no key, the client needs a value
+
+
+class ModelNotConfigured(HarnessMemoryError):
+    """No model id / base URL is configured; the message names the settings to set."""
+
+
+class LLMError(HarnessMemoryError):
+    """A light-model call failed (timeout, connection, HTTP error, empty or unusable answer)."""
+
+
+class LLMTimeout(LLMError):
+    """The light model did not answer within the timeout."""
+
+
+@dataclass
+class LLMResult:
+    """One completion: the answer text (think blocks removed) and the tokens it cost."""
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    model: str
+
+
+def _secret(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value.get_secret_value() if hasattr(value, "get_secret_value") else str(value)
+
+
+def make_agent_model(cfg: ModelConfig) -> OpenAILike:
+    """The agent's agno model (``OpenAILike``: it sends the system prompt with role ``system``).
+
+    Raises ``ModelNotConfigured`` when the model id or base URL is missing — at call time, never
+    at import, so the control plane runs without a model.
+    """
+    if not cfg.model or not cfg.base_url:
+        raise ModelNotConfigured(
+            "no agent model configured: set HARNESS_MEMORY_MODEL and HARNESS_MEMORY_BASE_URL "
+            "(and HARNESS_MEMORY_API_KEY)"
+        )
+    from agno.models.openai.like import OpenAILike  # agno is slow to import; only when needed
+
+    return OpenAILike(
+        id=cfg.model,
+        base_url=cfg.base_url,
+        api_key=_secret(cfg.api_key) or _NO_KEY,
+        timeout=cfg.model_timeout,
+        max_retries=1,
+    )
+
+
+_THINK_BLOCK = re.compile(r"<think\b[^>]*>.*?</think\s*>", re.DOTALL | re.IGNORECASE)
+_THINK_OPEN = re.compile(r"<think\b[^>]*>", re.IGNORECASE)
+_THINK_CLOSE = re.compile(r"</think\s*>", re.IGNORECASE)
+
+
+def strip_think(text: str) -> str:
+    """Remove reasoning blocks: ``<think>…</think>``, a dangling ``…</think>`` whose opening tag
+    was in the chat template, and an unclosed ``<think>…`` (a reasoning answer cut short)."""
+    text = _THINK_BLOCK.sub("", text)
+    closes = list(_THINK_CLOSE.finditer(text))
+    if closes:
+        text = text[closes[-1].end() :]
+    opened = _THINK_OPEN.search(text)
+    if opened is not None:
+        text = text[: opened.start()]
+    return text.strip()
+
+
+class LightModel:
+    """A small OpenAI-compatible model for memory work, with counters benchmarks read.
+
+    The sync and async clients are created once and shared (also by deep copies: AgentOS
+    deep-copies agents per request). An ``AsyncOpenAI`` client's connection pool belongs to the
+    event loop that used it first, so one async client is kept per running loop.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str,
+        api_key: str | None = None,
+        timeout: float = 30.0,
+        max_retries: int = 0,
+    ) -> None:
+        self.model = model
+        self.base_url = base_url
+        self.timeout = timeout
+        self._api_key = api_key or _NO_KEY
+        self._max_retries = max_retries
+        self._client = OpenAI(base_url=base_url, api_key=self._api_key, timeout=timeout,
+                              max_retries=max_retries)
+        self._async_clients: dict[asyncio.AbstractEventLoop, AsyncOpenAI] = {}
+        self._lock = threading.Lock()
+        self._json_mode_supported = True
+        self.calls = 0
+        self.errors = 0
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig) -> LightModel | None:
+        """The light model from config (``light_*`` default to the agent's fields); None when no
+        model id or base URL is configured — memory features then use their fallbacks."""
+        model = cfg.light_model or cfg.model
+        base_url = cfg.light_base_url or cfg.base_url
+        if not model or not base_url:
+            return None
+        key = _secret(cfg.light_api_key) or _secret(cfg.api_key)
+        return cls(model=model, base_url=base_url, api_key=key, timeout=cfg.light_timeout)
+
+    def __repr__(self) -> str:
+        return f"LightModel(model={self.model!r}, base_url={self.base_url!r})"
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> LightModel:
+        return self
+
+    # -- calls -----------------------------------------------------------------------------
+    def complete(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        json_mode: bool = False,
+        max_tokens: int | None = None,
+        timeout: float | None = None,
+    ) -> LLMResult:
+        """One completion; raises ``LLMError`` on any failure (callers degrade)."""
+        use_json = json_mode and self._json_mode_supported
+        try:
+            response = self._client.chat.completions.create(
+                **self._params(messages, use_json, max_tokens, timeout)
+            )
+        except openai.BadRequestError as exc:
+            if not use_json:
+                raise self._fail(exc, timeout) from exc
+            logger.info("light model rejected response_format (%s); retrying without it", exc)
+            try:
+                response = self._client.chat.completions.create(
+                    **self._params(messages, False, max_tokens, timeout)
+                )
+            except Exception as exc2:
+                raise self._fail(exc2, timeout) from exc2
+            self._json_mode_supported = False
+        except Exception as exc:
+            raise self._fail(exc, timeout) from exc
+        return self._result(response, messages)
+
+    async def acomplete(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        json_mode: bool = False,
+        max_tokens: int | None = None,
+        timeout: float | None = None,
+    ) -> LLMResult:
+        """The async twin of ``complete`` (same errors, same counters)."""
+        client = self._async_client()
+        use_json = json_mode and self._json_mode_supported
+        try:
+            response = await client.chat.completions.create(
+                **self._params(messages, use_json, max_tokens, timeout)
+            )
+        except openai.BadRequestError as exc:
+            if not use_json:
+                raise self._fail(exc, timeout) from exc
+            logger.info("light model rejected response_format (%s); retrying without it", exc)
+            try:
+                response = await client.chat.completions.create(
+                    **self._params(messages, False, max_tokens, timeout)
+                )
+            except Exception as exc2:
+                raise self._fail(exc2, timeout) from exc2
+            self._json_mode_supported = False
+        except Exception as exc:
+            raise self._fail(exc, timeout) from exc
+        return self._result(response, messages)
+
+    def close(self) -> None:
+        """Close the sync client (async clients close with their loops)."""
+        self._client.close()
+
+    # -- internals -------------------------------------------------------------------------
+    def _async_client(self) -> AsyncOpenAI:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            for old in [lp for lp in self._async_clients if lp.is_closed()]:
+                del self._async_clients[old]
+            client = self._async_clients.get(loop)
+            if client is None:
+                client = AsyncOpenAI(base_url=self.base_url, api_key=self._api_key,
+                                     timeout=self.timeout, max_retries=self._max_retries)
+                self._async_clients[loop] = client
+            return client
+
+    def _params(
+        self, messages: list[dict[str, Any]], json_mode: bool, max_tokens: int | None,
+        timeout: float | None,
+    ) -> dict[str, Any]:
+        with self._lock:
+            self.calls += 1
+        params: dict[str, Any] = {"model": self.model, "messages": messages,
+                                  "timeout": timeout or self.timeout}
+        if json_mode:
+            params["response_format"] = {"type": "json_object"}
+        if max_tokens is not None:
+            params["max_tokens"] = max_tokens
+        return params
+
+    def _fail(self, exc: BaseException, timeout: float | None) -> LLMError:
+        with self._lock:
+            self.errors += 1
+        where = f"light model {self.model!r} at {self.base_url}"
+        if isinstance(exc, openai.APITimeoutError):
+            return LLMTimeout(f"{where} timed out after {timeout or self.timeout:g} s")
+        if isinstance(exc, openai.APIConnectionError):
+            return LLMError(f"cannot reach {where}: {exc.__cause__ or exc}")
+        if isinstance(exc, openai.APIStatusError):
+            return LLMError(f"{where} answered HTTP {exc.status_code}: {_status_message(exc)}")
+        return LLMError(f"{where} failed: {type(exc).__name__}: {exc}")
+
+    def _result(self, response: Any, messages: list[dict[str, Any]]) -> LLMResult:
+        """Check the answer's shape and count its tokens (estimated when usage is missing)."""
+        try:
+            choices = response.choices
+            content = choices[0].message.content if choices else None
+        except (AttributeError, TypeError, IndexError) as exc:
+            raise self._fail(ValueError(f"malformed completion: {response!r:.200}"), None) from exc
+        usage = getattr(response, "usage", None)
+        prompt = getattr(usage, "prompt_tokens", None)
+        completion = getattr(usage, "completion_tokens", None)
+        if not isinstance(prompt, int):
+            prompt = count_message_tokens(messages)
+        if not isinstance(completion, int):
+            completion = estimate_tokens(content if isinstance(content, str) else "")
+        with self._lock:
+            self.prompt_tokens += prompt
+            self.completion_tokens += completion
+        if not choices:
+            raise self._fail(ValueError("the completion has no choices"), None)
+        text = strip_think(content) if isinstance(content, str) else ""
+        if not text:
+            raise self._fail(ValueError("the model returned an empty answer"), None)
+        model = getattr(response, "model", None)
+        return LLMResult(text=text, prompt_tokens=prompt, completion_tokens=completion,
+                         model=model if isinstance(model, str) and model else self.model)
+
+
+def _status_message(exc: Any) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and isinstance(inner.get("message"), str):
+            return str(inner["message"])[:300]
+    return str(getattr(exc, "message", exc))[:300]
+
+
+# -- tolerant JSON ---------------------------------------------------------------------------
+_FENCE = re.compile(r"```[ \t]*(?:json|JSON|javascript|js)?[ \t]*\n?(.*?)```", re.DOTALL)
+_MAX_STARTS = 32  # bound the scan on long prose full of braces
+
+
+def extract_json(text: str) -> dict[str, Any] | list[Any] | None:
+    """The JSON object or array in a model answer, or None (fail closed).
+
+    Tries, in order: the whole answer, each fenced code block, then the first balanced
+    ``{…}`` / ``[…]`` in the prose (string-aware, so braces inside strings are fine); each
+    candidate is also retried with trailing commas removed.
+    """
+    if not isinstance(text, str) or not text:
+        return None
+    cleaned = strip_think(text)
+    candidates = [cleaned, *(m.group(1) for m in _FENCE.finditer(cleaned))]
+    for candidate in candidates:
+        parsed = _loads(candidate.strip())
+        if parsed is not None:
+            return parsed
+    for source in [*candidates[1:], cleaned]:
+        found = _scan(source)
+        if found is not None:
+            return found
+    return None
+
+
+def _loads(candidate: str) -> dict[str, Any] | list[Any] | None:
+    if not candidate or candidate[0] not in "{[":
+        return None
+    for attempt in (candidate, _drop_trailing_commas(candidate)):
+        try:
+            value = json.loads(attempt)
+        except ValueError:
+            continue
+        if isinstance(value, dict | list):
+            return value
+    return None
+
+
+def _scan(text: str) -> dict[str, Any] | list[Any] | None:
+    """The first balanced JSON object/array in ``text`` that parses."""
+    starts = 0
+    pos = 0
+    while starts < _MAX_STARTS:
+        begin = min((i for i in (text.find("{", pos), text.find("[", pos)) if i >= 0), default=-1)
+        if begin < 0:
+            return None
+        starts += 1
+        end = _balanced_end(text, begin)
+        if end is not None:
+            parsed = _loads(text[begin:end])
+            if parsed is not None:
+                return parsed
+        pos = begin + 1
+    return None
+
+
+def _balanced_end(text: str, begin: int) -> int | None:
+    """Index just past the bracket closing ``text[begin]``, skipping string contents."""
+    stack: list[str] = []
+    in_string = False
+    escaped = False
+    for i in range(begin, len(text)):
+        ch = text[i]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "{[":
+            stack.append("}" if ch == "{" else "]")
+        elif ch in "}]":
+            if not stack or stack.pop() != ch:
+                return None
+            if not stack:
+                return i + 1
+    return None
+
+
+def _drop_trailing_commas(text: str) -> str:
+    """Remove commas directly before ``}`` / ``]`` outside strings (a common small-model slip)."""
+    out: list[str] = []
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "}]":
+            while out and out[-1].isspace():
+                out.pop()
+            if out and out[-1] == ",":
+                out.pop()
+        out.append(ch)
+    return "".join(out)

@@ -1,0 +1,255 @@
+"""One memory place as a directory of memory files with its index kept in step.
+
+Why the write path looks like this: the manifest is the index of record and is updated
+read-modify-write under the place lock, with a conditional PUT (If-Match / create-only) as a
+second guard where the backend enforces it. The memory file is written first; if the index
+update then fails, the file write is rolled back (best effort), so a failed save leaves the
+place as it was. MEMORY.md is re-rendered from the manifest after every change; if only that
+write fails the next change heals it, and readers use the manifest anyway.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..config import LimitsConfig
+from ..errors import MemoryFormatError, ObjectNotFound, PreconditionFailed, StorageError
+from ..layout import INDEX_FILE, MANIFEST_FILE, Place, validate_filename
+from ..locks import LocalLocker, Locker
+from ..storage.base import ObjectStore
+from .index import CappedText, Manifest, ManifestEntry, cap_index, parse_index, render_index
+from .model import MemoryFile, parse_memory
+
+log = logging.getLogger(__name__)
+COMMIT_ATTEMPTS = 6
+
+
+@dataclass(frozen=True, slots=True)
+class SaveResult:
+    file: str
+    created: bool
+    entry: ManifestEntry
+    index_warning: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    file: str
+    text: str
+    etag: str
+    last_modified: float
+
+
+class MemoryDir:
+    """Memory files of one place, bound to a store, a locker and the size limits."""
+
+    def __init__(self, store: ObjectStore, place: Place, *, locker: Locker | None = None,
+                 limits: LimitsConfig | None = None) -> None:
+        self.store = store
+        self.place = place
+        self.limits = limits or LimitsConfig()
+        self.locker = locker or LocalLocker(ttl=self.limits.lock_ttl_seconds, wait=self.limits.lock_wait_seconds)
+
+    def __repr__(self) -> str:
+        return f"MemoryDir({self.place.label})"
+
+    @property
+    def manifest_key(self) -> str:
+        return self.place.reserved_key(MANIFEST_FILE)
+
+    @property
+    def index_key(self) -> str:
+        return self.place.reserved_key(INDEX_FILE)
+
+    # -- reading --------------------------------------------------------------------------
+    def load_manifest(self) -> tuple[Manifest, str | None]:
+        """The manifest and its etag (None when the place has none yet). One GET."""
+        obj = self.store.get_or_none(self.manifest_key)
+        if obj is None:
+            return Manifest(), None
+        return Manifest.from_bytes(obj.data), obj.etag
+
+    def manifest(self) -> Manifest:
+        return self.load_manifest()[0]
+
+    def index_text(self, manifest: Manifest | None = None) -> CappedText:
+        """MEMORY.md as the model should see it: rendered from the manifest, capped.
+
+        A place without a manifest falls back to its MEMORY.md object (one more GET).
+        """
+        if manifest is None:
+            manifest = self.manifest()
+        if manifest.entries:
+            text = render_index(manifest)
+        else:
+            obj = self.store.get_or_none(self.index_key)
+            text = obj.data.decode("utf-8", errors="replace") if obj else ""
+        return cap_index(text, self.limits.index_max_lines, self.limits.index_max_bytes)
+
+    def read(self, file: str) -> ReadResult:
+        file = validate_filename(file)
+        obj = self.store.get(self.place.key(file))
+        return ReadResult(file, obj.data.decode("utf-8", errors="replace"), obj.etag, obj.last_modified)
+
+    def list_entries(self) -> list[ManifestEntry]:
+        manifest = self.manifest()
+        if manifest.entries:
+            return manifest.sorted_entries()
+        # No manifest: fall back to MEMORY.md lines (e.g. a hand-copied snapshot).
+        obj = self.store.get_or_none(self.index_key)
+        if obj is None:
+            return []
+        return [ManifestEntry(file=f, name=n, description=d, type="")
+                for n, f, d in parse_index(obj.data.decode("utf-8", errors="replace"))]
+
+    # -- writing --------------------------------------------------------------------------
+    def check_content(self, content: str) -> MemoryFile:
+        """Validate size and frontmatter before anything is written."""
+        if not isinstance(content, str):
+            raise MemoryFormatError("content must be text")
+        size = len(content.encode("utf-8"))
+        if size > self.limits.max_file_bytes:
+            raise MemoryFormatError(
+                f"content is {size} bytes; the limit is {self.limits.max_file_bytes} bytes. "
+                "Split it into smaller memories or keep only what will matter later."
+            )
+        if "\x00" in content:
+            raise MemoryFormatError("content contains a NUL character")
+        return parse_memory(content)
+
+    def save(self, file: str, content: str) -> SaveResult:
+        """Write a memory file (create or overwrite) and its index entry, atomically as a unit."""
+        file = validate_filename(file)
+        memory = self.check_content(content)
+        data = content.encode("utf-8")
+        with self.locker.hold(self.place.lock_name()):
+            return self._write_locked(file, memory, data)
+
+    def save_memory(self, file: str, memory: MemoryFile) -> SaveResult:
+        return self.save(file, memory.render())
+
+    def replace_chunk(self, file: str, old: str, new: str, *, replace_all: bool = False) -> SaveResult:
+        """Replace an exact chunk of a memory file (must match once unless ``replace_all``)."""
+        file = validate_filename(file)
+        if not old:
+            raise MemoryFormatError("old_chunk must not be empty; use save_file to rewrite a whole file")
+        with self.locker.hold(self.place.lock_name()):
+            current = self.read(file).text
+            count = current.count(old)
+            if count == 0:
+                raise MemoryFormatError(
+                    f"the text to replace was not found in {file}; read_file it and copy the exact text"
+                )
+            if count > 1 and not replace_all:
+                raise MemoryFormatError(
+                    f"the text to replace occurs {count} times in {file}; include more surrounding text "
+                    "so it matches exactly once"
+                )
+            updated = current.replace(old, new)
+            memory = self.check_content(updated)
+            return self._write_locked(file, memory, updated.encode("utf-8"))
+
+    def delete(self, file: str) -> bool:
+        """Remove a memory file and its index entry; False when it did not exist."""
+        file = validate_filename(file)
+        key = self.place.key(file)
+        with self.locker.hold(self.place.lock_name()):
+            existed = self.store.exists(key)
+            manifest, _ = self.load_manifest()
+            if not existed and file not in manifest.entries:
+                return False
+            self._commit(lambda m: m.entries.pop(file, None))
+            self.store.delete(key)
+            return True
+
+    def update_meta(self, mutate: Callable[[Manifest], None]) -> Manifest:
+        """Change the manifest's ``meta`` (or entries) under the place lock."""
+        with self.locker.hold(self.place.lock_name()):
+            return self._commit(mutate)
+
+    def clear(self) -> int:
+        """Delete every memory file, the manifest and MEMORY.md of this place."""
+        with self.locker.hold(self.place.lock_name()):
+            keys = [info.key for info in self.store.list(self.place.prefix)]
+            failures = self.store.delete_many(keys)
+            if failures:
+                raise StorageError(f"{len(failures)} objects could not be deleted, e.g. {failures[0].key}: "
+                                   f"{failures[0].message}")
+            return sum(1 for k in keys if k.endswith(".md") and not k.endswith("/" + INDEX_FILE))
+
+    def reindex(self) -> Manifest:
+        """Rebuild the manifest and MEMORY.md from the files themselves (LIST; on demand only)."""
+        with self.locker.hold(self.place.lock_name()):
+            old, _ = self.load_manifest()
+            fresh = Manifest(meta=old.meta)
+            for info in self.store.list(self.place.prefix):
+                rel = self.place.filename_of(info.key)
+                try:
+                    validate_filename(rel)
+                    obj = self.store.get(info.key)
+                    memory = parse_memory(obj.data.decode("utf-8", errors="replace"))
+                except (MemoryFormatError, ValueError, ObjectNotFound) as exc:
+                    if rel not in (INDEX_FILE,) and not rel.startswith("."):
+                        log.warning("reindex %s: skipping %s (%s)", self.place.label, rel, exc)
+                    continue
+                prior = old.entries.get(rel)
+                fresh.entries[rel] = ManifestEntry.from_memory(
+                    rel, memory, len(obj.data), created_at=prior.created_at if prior else info.last_modified,
+                    now=info.last_modified)
+            return self._commit(lambda m: (m.entries.clear(), m.entries.update(fresh.entries)))
+
+    # -- internals ------------------------------------------------------------------------
+    def _write_locked(self, file: str, memory: MemoryFile, data: bytes) -> SaveResult:
+        key = self.place.key(file)
+        manifest, _ = self.load_manifest()
+        prior_entry = manifest.entries.get(file)
+        previous = self.store.get_or_none(key)
+        if previous is None and prior_entry is None and len(manifest.entries) >= self.limits.max_files_per_place:
+            raise MemoryFormatError(
+                f"this memory directory already holds {len(manifest.entries)} files (the limit); "
+                "delete or merge old memories first"
+            )
+        created_at = prior_entry.created_at if prior_entry else None
+        entry = ManifestEntry.from_memory(file, memory, len(data), created_at=created_at)
+        self.store.put(key, data, content_type="text/markdown; charset=utf-8")
+        try:
+            self._commit(lambda m: m.entries.__setitem__(file, entry))
+        except Exception:
+            self._rollback(key, previous.data if previous else None)
+            raise
+        return SaveResult(file, previous is None, entry)
+
+    def _rollback(self, key: str, previous: bytes | None) -> None:
+        with contextlib.suppress(Exception):
+            if previous is None:
+                self.store.delete(key)
+            else:
+                self.store.put(key, previous)
+
+    def _commit(self, mutate: Callable[[Manifest], object]) -> Manifest:
+        """Read-modify-write the manifest (conditional PUT, retried), then re-render MEMORY.md."""
+        for _attempt in range(COMMIT_ATTEMPTS):
+            manifest, etag = self.load_manifest()
+            mutate(manifest)
+            manifest.updated_at = time.time()
+            payload = manifest.to_bytes()
+            try:
+                if etag is None:
+                    self.store.put_if_absent(self.manifest_key, payload, content_type="application/json")
+                else:
+                    self.store.put_if_match(self.manifest_key, payload, etag, content_type="application/json")
+                break
+            except PreconditionFailed:
+                continue  # someone wrote between our read and write: read again
+        else:
+            raise StorageError(f"the index of {self.place.label} kept changing under us; try again")
+        try:
+            self.store.put(self.index_key, render_index(manifest).encode("utf-8"),
+                           content_type="text/markdown; charset=utf-8")
+        except StorageError as exc:
+            log.warning("MEMORY.md of %s not refreshed (%s); the manifest is current", self.place.label, exc)
+        return manifest

@@ -1,0 +1,124 @@
+"""The memory file: YAML frontmatter (name, description, type, anything else) + markdown body.
+
+Why strict parsing with friendly errors: the model writes these files itself. A file whose
+frontmatter cannot be read would vanish from the index, so saving it is refused with a
+message that shows the expected format, and unknown keys are kept so a human's or another
+tool's annotations survive a round trip.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import yaml
+
+from ..errors import MemoryFormatError
+
+FRONTMATTER_EXAMPLE = (
+    "---\nname: user_role\ndescription: one line saying what this memory holds\n"
+    "type: user\n---\n\nThe memory itself, in markdown."
+)
+MAX_NAME_CHARS = 200
+MAX_DESCRIPTION_CHARS = 500
+
+
+class MemoryType(StrEnum):
+    USER = "user"
+    FEEDBACK = "feedback"
+    PROJECT = "project"
+    REFERENCE = "reference"
+
+
+@dataclass(slots=True)
+class MemoryFile:
+    """A parsed memory file. ``extra`` holds frontmatter keys we do not interpret."""
+
+    name: str
+    description: str
+    type: MemoryType
+    body: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def render(self) -> str:
+        """The file text: frontmatter in a stable key order, then the body."""
+        front: dict[str, Any] = {"name": self.name, "description": self.description,
+                                 "type": self.type.value}
+        front.update(self.extra)
+        dumped = yaml.safe_dump(front, allow_unicode=True, sort_keys=False, width=10_000).strip()
+        body = self.body.strip("\n")
+        return f"---\n{dumped}\n---\n\n{body}\n" if body else f"---\n{dumped}\n---\n"
+
+
+def split_frontmatter(text: str) -> tuple[str | None, str]:
+    """(frontmatter text or None, body). Frontmatter is a leading ``---`` ... ``---`` block."""
+    stripped = text.lstrip("\ufeff")
+    if not stripped.startswith("---"):
+        return None, text
+    lines = stripped.split("\n")
+    if lines[0].strip() != "---":
+        return None, text
+    for i in range(1, len(lines)):
+        if lines[i].strip() in ("---", "..."):
+            return "\n".join(lines[1:i]), "\n".join(lines[i + 1 :]).lstrip("\n")
+    raise MemoryFormatError(
+        "the frontmatter starts with '---' but has no closing '---' line. Expected:\n" + FRONTMATTER_EXAMPLE
+    )
+
+
+def parse_memory(text: str) -> MemoryFile:
+    """Parse and validate a memory file; raise MemoryFormatError saying what to fix."""
+    front_text, body = split_frontmatter(text)
+    if front_text is None:
+        raise MemoryFormatError(
+            "a memory file must start with YAML frontmatter (name, description, type). Expected:\n"
+            + FRONTMATTER_EXAMPLE
+        )
+    try:
+        front = yaml.safe_load(front_text) if front_text.strip() else {}
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" (line {where.line + 2})" if where is not None else ""
+        raise MemoryFormatError(
+            f"the frontmatter is not valid YAML{line}: {getattr(exc, 'problem', exc)}. "
+            "Quote values that contain ':' or '#'. Expected:\n" + FRONTMATTER_EXAMPLE
+        ) from None
+    if not isinstance(front, dict):
+        raise MemoryFormatError("the frontmatter must be a mapping of keys to values. Expected:\n"
+                                + FRONTMATTER_EXAMPLE)
+    front = {str(k): _plain(v) for k, v in front.items()}
+    missing = [k for k in ("name", "description", "type") if front.get(k) in (None, "")]
+    if missing:
+        raise MemoryFormatError(f"the frontmatter is missing {', '.join(missing)}. Expected:\n"
+                                + FRONTMATTER_EXAMPLE)
+    name = _one_line(front.pop("name"), "name", MAX_NAME_CHARS)
+    description = _one_line(front.pop("description"), "description", MAX_DESCRIPTION_CHARS)
+    raw_type = str(front.pop("type")).strip().lower()
+    try:
+        mem_type = MemoryType(raw_type)
+    except ValueError:
+        allowed = ", ".join(t.value for t in MemoryType)
+        raise MemoryFormatError(f"type {raw_type!r} is not one of: {allowed}") from None
+    return MemoryFile(name=name, description=description, type=mem_type, body=body, extra=front)
+
+
+def _one_line(value: Any, key: str, limit: int) -> str:
+    text = " ".join(str(value).split())
+    if not text:
+        raise MemoryFormatError(f"{key} must not be empty")
+    if len(text) > limit:
+        raise MemoryFormatError(f"{key} is {len(text)} characters; keep it under {limit}")
+    return text
+
+
+def _plain(value: Any) -> Any:
+    """YAML dates become ISO strings so the frontmatter round-trips through JSON (the manifest)."""
+    if isinstance(value, dt.datetime | dt.date):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value

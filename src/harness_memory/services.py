@@ -1,0 +1,112 @@
+"""The long-lived parts built once per process from a config: store, Redis client, locker.
+
+Why one object: an app builds an agent per request; the COS connection pool, the Redis
+client and the lock table must be made once and shared by all those agents (and survive
+AgentOS's deep copies), not rebuilt on every ``build_agent`` call.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from dataclasses import dataclass, field
+
+import redis
+from pydantic import SecretStr
+
+from .config import MemoryConfig
+from .layout import Place
+from .llm import LightModel
+from .locks import LocalLocker, Locker, RedisLocker, make_redis
+from .memdir import MemoryDir
+from .storage import LocalStore, ObjectStore, make_store
+
+
+@dataclass
+class MemoryServices:
+    config: MemoryConfig
+    store: ObjectStore
+    redis: redis.Redis | None
+    locker: Locker
+    _closed: bool = field(default=False, repr=False)
+
+    @classmethod
+    def from_config(cls, config: MemoryConfig) -> MemoryServices:
+        store = make_store(config.store)
+        limits = config.limits
+        lock_dir = store.root / ".locks" if isinstance(store, LocalStore) else None
+        local = LocalLocker(lock_dir, ttl=limits.lock_ttl_seconds, wait=limits.lock_wait_seconds)
+        client = make_redis(config.redis)
+        locker: Locker = local
+        if client is not None:
+            locker = RedisLocker(client, prefix=config.redis.key_prefix, ttl=limits.lock_ttl_seconds,
+                                 wait=limits.lock_wait_seconds, fallback=local)
+        return cls(config=config, store=store, redis=client, locker=locker)
+
+    def __deepcopy__(self, memo: dict[int, object]) -> MemoryServices:
+        return self  # shared clients, never copied
+
+    # -- places ---------------------------------------------------------------------------
+    @property
+    def key_prefix(self) -> str:
+        return self.config.store.key_prefix
+
+    def memdir(self, place: Place) -> MemoryDir:
+        return MemoryDir(self.store, place, locker=self.locker, limits=self.config.limits)
+
+    def user_agent_dir(self, user_id: str, agent_type: str = "default") -> MemoryDir:
+        return self.memdir(Place.user_agent(user_id, agent_type, self.key_prefix))
+
+    def shared_agent_dir(self, agent_type: str = "default") -> MemoryDir:
+        return self.memdir(Place.shared_agent(agent_type, self.key_prefix))
+
+    def user_auto_dir(self, user_id: str, project: str | None = None) -> MemoryDir:
+        return self.memdir(Place.user_auto(user_id, project or self.config.agent.project, self.key_prefix))
+
+    def shared_auto_dir(self, project: str | None = None) -> MemoryDir:
+        return self.memdir(Place.shared_auto(project or self.config.agent.project, self.key_prefix))
+
+    def light_model(self) -> LightModel | None:
+        """The light model for memory work (summaries, extraction, recall); None if unconfigured.
+
+        Built once per services object so its HTTP clients and counters are shared."""
+        if "_light" not in self.__dict__:
+            self.__dict__["_light"] = LightModel.from_config(self.config.model)
+        return self.__dict__["_light"]
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.store.close()
+        light = self.__dict__.get("_light")
+        if light is not None:
+            light.close()
+        if self.redis is not None:
+            self.redis.close()
+
+
+_default_lock = threading.Lock()
+_defaults: dict[str, MemoryServices] = {}
+
+
+def _identity(config: MemoryConfig) -> str:
+    """Config identity including secret values (``model_dump_json`` masks them)."""
+    secrets = [
+        getattr(section, name).get_secret_value()
+        for section in (config.store, config.model, config.server)
+        for name in type(section).model_fields
+        if isinstance(getattr(section, name), SecretStr)
+    ]
+    digest = hashlib.sha256("\x00".join(secrets).encode("utf-8")).hexdigest()
+    return config.model_dump_json() + digest
+
+
+def services_for(config: MemoryConfig) -> MemoryServices:
+    """The process-wide services for ``config`` (same config -> same clients)."""
+    key = _identity(config)
+    with _default_lock:
+        svc = _defaults.get(key)
+        if svc is None or svc._closed:
+            svc = _defaults[key] = MemoryServices.from_config(config)
+        return svc

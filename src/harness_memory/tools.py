@@ -1,0 +1,232 @@
+"""MemoryTools: the five tools the agent uses to keep its own memory.
+
+Why these rules: the caller of these functions is a model. Every result is a short string it
+can act on (what happened, or what to do instead); no exception ever escapes into agno's tool
+loop. The toolkit is bound to one user's place when it is built, so no file name the model
+invents can reach another user's memory. Names starting with ``shared/`` address the shared
+agent memory, read-only unless the config lets agents write it.
+
+Each tool is a sync function plus an async twin (agno uses only async tools under ``arun()``
+and only sync ones under ``run()``); the twins run the same code in the store's thread pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from agno.tools import Toolkit
+
+from .errors import (
+    AccessDenied,
+    InvalidName,
+    LockTimeout,
+    MemoryFormatError,
+    ObjectNotFound,
+    StorageError,
+    StorageUnavailable,
+)
+from .memdir import FRONTMATTER_EXAMPLE, MemoryDir
+
+log = logging.getLogger(__name__)
+SHARED_PREFIX = "shared/"
+TOOL_NAMES = ("save_file", "read_file", "list_files", "delete_file", "replace_file_chunk")
+LIST_LIMIT = 500
+
+
+def _friendly(action: str) -> Callable[[Callable[..., str]], Callable[..., str]]:
+    """Turn any failure of a tool into a message for the model, and log the unexpected ones."""
+
+    def wrap(fn: Callable[..., str]) -> Callable[..., str]:
+        @functools.wraps(fn)
+        def inner(*args: Any, **kwargs: Any) -> str:
+            try:
+                return fn(*args, **kwargs)
+            except InvalidName as exc:
+                return f"Error: {exc}."
+            except MemoryFormatError as exc:
+                return f"Error: {exc}"
+            except ObjectNotFound:
+                name = kwargs.get("file_name", args[1] if len(args) > 1 else "")
+                return f"Error: there is no memory file named {name!r}. Call list_files to see what exists."
+            except LockTimeout as exc:
+                return f"Error: {exc}. Nothing was changed."
+            except StorageUnavailable as exc:
+                return (f"Error: the memory store is unreachable right now ({exc}). Nothing was {action}; "
+                        "tell the user memory is temporarily unavailable and carry on.")
+            except AccessDenied as exc:
+                return f"Error: the memory store refused the request ({exc}). Nothing was {action}."
+            except StorageError as exc:
+                return f"Error: the memory store failed ({exc}). Nothing was {action}."
+            except Exception:
+                log.exception("memory tool %s failed", fn.__name__)
+                return f"Error: an unexpected failure in the memory tool; nothing was {action}."
+
+        return inner
+
+    return wrap
+
+
+class MemoryTools(Toolkit):
+    """Agent-facing file tools over a user's memory place (and, read-only, the shared one)."""
+
+    def __init__(self, own: MemoryDir, shared: MemoryDir | None = None, *, shared_writable: bool = False,
+                 name: str = "memory_tools") -> None:
+        self.own = own
+        self.shared = shared
+        self.shared_writable = shared_writable
+        super().__init__(
+            name=name,
+            tools=[self.save_file, self.read_file, self.list_files, self.delete_file, self.replace_file_chunk],
+            async_tools=[(self.asave_file, "save_file"), (self.aread_file, "read_file"),
+                         (self.alist_files, "list_files"), (self.adelete_file, "delete_file"),
+                         (self.areplace_file_chunk, "replace_file_chunk")],
+        )
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> MemoryTools:
+        # AgentOS deep-copies agents per request; the store clients and locks must be shared.
+        return self
+
+    # -- routing --------------------------------------------------------------------------
+    def _route(self, file_name: str, *, write: bool) -> tuple[MemoryDir, str]:
+        if isinstance(file_name, str) and file_name.startswith(SHARED_PREFIX):
+            if self.shared is None:
+                raise InvalidName("there is no shared memory for this agent")
+            if write and not self.shared_writable:
+                raise InvalidName("shared memory is read-only for agents; save to your own memory instead")
+            return self.shared, file_name[len(SHARED_PREFIX):]
+        if isinstance(file_name, str) and file_name.split("/", 1)[0] == SHARED_PREFIX.rstrip("/"):
+            raise InvalidName("'shared' is reserved for the shared memory folder")
+        return self.own, file_name
+
+    # -- tools ----------------------------------------------------------------------------
+    @_friendly("saved")
+    def save_file(self, file_name: str, content: str) -> str:
+        """Save a memory file (create it, or overwrite it completely). The MEMORY.md index is updated for you.
+
+        Args:
+            file_name: A short relative name ending in .md, e.g. "user_role.md" or "feedback_testing.md".
+            content: The whole file: YAML frontmatter with name, description (one line) and type
+                (user, feedback, project or reference), then the memory in markdown.
+
+        Returns:
+            What was saved, or an error message saying what to fix.
+        """
+        memdir, rel = self._route(file_name, write=True)
+        result = memdir.save(rel, content)
+        verb = "Created" if result.created else "Updated"
+        return f"{verb} memory {file_name} ({result.entry.type}: {result.entry.description}). MEMORY.md updated."
+
+    @_friendly("read")
+    def read_file(self, file_name: str, offset: int = 0, limit: int = 200) -> str:
+        """Read a memory file. Use it when MEMORY.md lists a memory that may matter for the task.
+
+        Args:
+            file_name: The file name as shown in MEMORY.md or list_files (e.g. "user_role.md").
+            offset: First line to return (0-based), for reading long files in parts.
+            limit: Most lines to return (default 200).
+
+        Returns:
+            The file's text, with a note when more lines remain.
+        """
+        memdir, rel = self._route(file_name, write=False)
+        text = memdir.read(rel).text
+        lines = text.splitlines()
+        offset = max(0, int(offset))
+        limit = max(1, int(limit))
+        chunk = lines[offset: offset + limit]
+        if offset >= len(lines) and lines:
+            return f"{file_name} has only {len(lines)} lines; use a smaller offset."
+        out = "\n".join(chunk)
+        end = offset + len(chunk)
+        if offset > 0 or end < len(lines):
+            out += f"\n\n[lines {offset + 1}-{end} of {len(lines)}"
+            out += f"; call read_file with offset={end} for more]" if end < len(lines) else "]"
+        return out
+
+    @_friendly("listed")
+    def list_files(self) -> str:
+        """List every memory file with its type and one-line description.
+
+        Returns:
+            One line per memory file; shared memories are listed under "shared/".
+        """
+        sections = []
+        for label, memdir, prefix in self._places():
+            entries = memdir.list_entries()
+            lines = [f"- {prefix}{e.file} ({e.type or 'unknown'}) — {e.description}" for e in entries[:LIST_LIMIT]]
+            if len(entries) > LIST_LIMIT:
+                lines.append(f"... and {len(entries) - LIST_LIMIT} more")
+            sections.append(f"{label} ({len(entries)} files):\n" + ("\n".join(lines) if lines else "(none yet)"))
+        return "\n\n".join(sections)
+
+    @_friendly("deleted")
+    def delete_file(self, file_name: str) -> str:
+        """Delete a memory file that is wrong or no longer useful. Its MEMORY.md line is removed for you.
+
+        Args:
+            file_name: The file name as shown in MEMORY.md or list_files.
+
+        Returns:
+            Whether the file was deleted.
+        """
+        memdir, rel = self._route(file_name, write=True)
+        if memdir.delete(rel):
+            return f"Deleted memory {file_name}. MEMORY.md updated."
+        return f"There was no memory file named {file_name!r}; nothing to delete."
+
+    @_friendly("changed")
+    def replace_file_chunk(self, file_name: str, old_chunk: str, new_chunk: str) -> str:
+        """Replace one exact piece of text in a memory file, e.g. to correct or update a fact.
+
+        Args:
+            file_name: The memory file to edit.
+            old_chunk: Text copied exactly from the file (read_file it first); it must occur once.
+            new_chunk: The text to put in its place (may be empty to remove the chunk).
+
+        Returns:
+            What changed, or an error message saying what to fix.
+        """
+        memdir, rel = self._route(file_name, write=True)
+        result = memdir.replace_chunk(rel, old_chunk, new_chunk)
+        return f"Updated memory {file_name} ({result.entry.type}: {result.entry.description}). MEMORY.md updated."
+
+    # -- async twins ----------------------------------------------------------------------
+    async def _in_pool(self, fn: Callable[..., str], *args: Any) -> str:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.own.store._pool, lambda: fn(*args))
+
+    async def asave_file(self, file_name: str, content: str) -> str:
+        return await self._in_pool(self.save_file, file_name, content)
+
+    async def aread_file(self, file_name: str, offset: int = 0, limit: int = 200) -> str:
+        return await self._in_pool(self.read_file, file_name, offset, limit)
+
+    async def alist_files(self) -> str:
+        return await self._in_pool(self.list_files)
+
+    async def adelete_file(self, file_name: str) -> str:
+        return await self._in_pool(self.delete_file, file_name)
+
+    async def areplace_file_chunk(self, file_name: str, old_chunk: str, new_chunk: str) -> str:
+        return await self._in_pool(self.replace_file_chunk, file_name, old_chunk, new_chunk)
+
+    def _places(self) -> list[tuple[str, MemoryDir, str]]:
+        places = [("Your memories", self.own, "")]
+        if self.shared is not None:
+            mode = "writable" if self.shared_writable else "read-only"
+            places.append((f"Shared memories ({mode})", self.shared, SHARED_PREFIX))
+        return places
+
+
+for _sync, _async in ((MemoryTools.save_file, MemoryTools.asave_file),
+                      (MemoryTools.read_file, MemoryTools.aread_file),
+                      (MemoryTools.list_files, MemoryTools.alist_files),
+                      (MemoryTools.delete_file, MemoryTools.adelete_file),
+                      (MemoryTools.replace_file_chunk, MemoryTools.areplace_file_chunk)):
+    _async.__doc__ = _sync.__doc__  # the model sees the same description under arun()
+
+__all__ = ["FRONTMATTER_EXAMPLE", "SHARED_PREFIX", "TOOL_NAMES", "MemoryTools"]

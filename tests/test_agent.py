@@ -1,0 +1,157 @@
+"""build_agent end to end: scripted model server, real agno, real SeaweedFS."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from agno.agent import Agent
+from agno.tools import Toolkit
+from agno.tools.file import FileTools
+
+from harness_memory import build_agent, inject_memory_tools
+from harness_memory.config import MemoryConfig
+from harness_memory.services import services_for
+from harness_memory.tools import TOOL_NAMES, MemoryTools
+from tests.fakellm import ScriptedLLM, text, tool_calls
+
+MEMORY = ("---\nname: user role\ndescription: user-a is a frontend engineer who writes in Chinese\n"
+          "type: user\n---\n\nTypeScript and Vue. Reports in Chinese.\n")
+INDEX_LINE = "- [user role](user_role.md) — user-a is a frontend engineer who writes in Chinese"
+
+
+def run_agent(agent: Agent, message: str, mode: str) -> Any:
+    if mode == "run":
+        return agent.run(message)
+    if mode == "arun":
+        return asyncio.run(agent.arun(message))
+    events = list(agent.run(message, stream=True))
+    assert events, "stream produced no events"
+    return events
+
+
+def system_text(request: Any) -> str:
+    return "\n".join(str(m.get("content")) for m in request.messages if m.get("role") in ("system", "developer"))
+
+
+@pytest.fixture
+def cfg(make_config: Callable[..., MemoryConfig], llm_server: ScriptedLLM) -> MemoryConfig:
+    return make_config(backend="cos", model={"model": "fake-model", "base_url": llm_server.base_url,
+                                             "api_key": "k"},
+                       session={"enabled": False}, auto={"enabled": False})
+
+
+@pytest.mark.parametrize("mode", ["run", "arun", "stream"])
+def test_two_conversations_and_isolation(cfg: MemoryConfig, llm_server: ScriptedLLM, mode: str) -> None:
+    store = services_for(cfg).store
+    # Conversation 1: the model saves a memory.
+    llm_server.script(tool_calls([("save_file", {"file_name": "user_role.md", "content": MEMORY})]),
+                      text("Noted, I will remember that."))
+    run_agent(build_agent("user-a", config=cfg), "I'm a frontend engineer; reports in Chinese please", mode)
+    first, second = llm_server.chat_requests[-2:]
+    assert set(TOOL_NAMES) <= {t["function"]["name"] for t in first.tools}
+    tool_result = [m for m in second.messages if m.get("role") == "tool"]
+    assert tool_result and "Created memory user_role.md" in str(tool_result[-1]["content"])
+    stored = store.get("memory/users/user-a/agent-memory/default/user_role.md").data.decode()
+    assert stored == MEMORY
+    index = store.get("memory/users/user-a/agent-memory/default/MEMORY.md").data.decode()
+    assert INDEX_LINE in index
+
+    # Conversation 2: a NEW agent sees the index and reads the file.
+    llm_server.clear()
+    llm_server.script(tool_calls([("read_file", {"file_name": "user_role.md"})]), text("You write Vue."))
+    run_agent(build_agent("user-a", config=cfg), "What do I work with?", mode)
+    first, second = llm_server.chat_requests
+    assert INDEX_LINE in system_text(first)
+    assert "# Persistent Agent Memory" in system_text(first)
+    tool_msgs = [m for m in second.messages if m.get("role") == "tool"]
+    assert "TypeScript and Vue. Reports in Chinese." in str(tool_msgs[-1]["content"])
+
+    # user-b sees nothing of user-a.
+    llm_server.clear()
+    llm_server.script(tool_calls([("read_file", {"file_name": "user_role.md"})]), text("I don't know."))
+    run_agent(build_agent("user-b", config=cfg), "What do I work with?", mode)
+    first, second = llm_server.chat_requests
+    assert "frontend engineer" not in json.dumps(first.body, ensure_ascii=False)
+    assert "](user_role.md)" not in system_text(first) and "(empty — no memories saved yet)" in system_text(first)
+    tool_msgs = [m for m in second.messages if m.get("role") == "tool"]
+    assert "no memory file named 'user_role.md'" in str(tool_msgs[-1]["content"])
+    assert "TypeScript" not in json.dumps(second.body, ensure_ascii=False)
+
+
+def test_prompt_appended_to_callers_context(cfg: MemoryConfig) -> None:
+    agent = build_agent("u1", config=cfg, additional_context="Caller context stays.")
+    assert agent.additional_context.startswith("Caller context stays.")
+    assert "# Persistent Agent Memory" in agent.additional_context
+    assert agent.user_id == "u1" and agent.telemetry is False
+
+
+def test_agno_file_and_memory_tools_are_replaced(cfg: MemoryConfig, tmp_path: Any) -> None:
+    def save_file(file_name: str, content: str) -> str:
+        """A clashing tool."""
+        return "theirs"
+
+    def update_user_memory(task: str) -> str:
+        """agno-style memory tool."""
+        return "theirs"
+
+    def keep_me(x: int) -> int:
+        """Unrelated tool."""
+        return x
+
+    mixed = Toolkit(name="mixed", tools=[keep_me, save_file])
+    agent = build_agent("u1", config=cfg, tools=[FileTools(base_dir=tmp_path), save_file, update_user_memory,
+                                                 mixed], enable_agentic_memory=True)
+    assert isinstance(agent.tools[0], MemoryTools)
+    names = [type(t).__name__ if isinstance(t, Toolkit) else t.__name__ for t in agent.tools]
+    assert "FileTools" not in names and "save_file" not in names and "update_user_memory" not in names
+    assert list(mixed.functions) == ["keep_me"]
+    assert agent.enable_agentic_memory is False
+
+
+def test_learning_machine_user_memory_turned_off(cfg: MemoryConfig) -> None:
+    from agno.learn import LearningMachine
+
+    agent = build_agent("u1", config=cfg, learning=LearningMachine(user_profile=True, user_memory=True))
+    assert agent.learning.user_profile is False and agent.learning.user_memory is False
+    assert build_agent("u1", config=cfg, learning=True).learning is None
+
+
+def test_warns_when_prompt_would_be_dropped(cfg: MemoryConfig, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        build_agent("u1", config=cfg, system_message="You are terse.")
+        build_agent("u1", config=cfg, build_context=False)
+    text_ = caplog.text
+    assert "system_message" in text_ and "build_context=False" in text_
+
+
+def test_inject_memory_tools_into_own_agent(cfg: MemoryConfig, llm_server: ScriptedLLM) -> None:
+    services_for(cfg).user_agent_dir("u9").save("x.md", MEMORY)
+    from harness_memory.llm import make_agent_model
+
+    agent = Agent(model=make_agent_model(cfg.model), user_id="u9", additional_context="Mine.", telemetry=False)
+    inject_memory_tools(agent, config=cfg)
+    assert isinstance(agent.tools[0], MemoryTools)
+    llm_server.script(text("hi"))
+    agent.run("hello")
+    system = system_text(llm_server.chat_requests[0])
+    assert "Mine." in system and "- [user role](x.md)" in system
+
+
+def test_missing_model_is_a_clear_run_error(make_config: Callable[..., MemoryConfig]) -> None:
+    cfg = make_config(backend="local")
+    agent = build_agent("u1", config=cfg)  # building works without a model
+    out = agent.run("hello")
+    assert "HARNESS_MEMORY_MODEL" in str(out.content)
+
+
+def test_deepcopy_shares_memory_clients(cfg: MemoryConfig) -> None:
+    agent = build_agent("u1", config=cfg)
+    copied = agent.deep_copy()
+    own = [t for t in copied.tools if isinstance(t, MemoryTools)]
+    assert own and own[0] is agent.tools[0]
+    assert own[0].own.store is services_for(cfg).store
