@@ -34,9 +34,9 @@ def _unique(prefix: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def seaweedfs() -> Iterator[SeaweedFS]:
+def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
     """One SeaweedFS (S3/COS endpoint) for the whole session; use a fresh bucket per test."""
-    server = SeaweedFS().start()
+    server = SeaweedFS(base_dir=tmp_path_factory.mktemp("seaweedfs")).start()
     try:
         yield server
     finally:
@@ -44,10 +44,10 @@ def seaweedfs() -> Iterator[SeaweedFS]:
 
 
 @pytest.fixture(scope="session")
-def redis_server() -> Iterator[RedisServer]:
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """One redis-server for the session on a free port; isolate tests by key prefix.
     A test that kills or restarts it must leave it running (call ``restart()``)."""
-    server = RedisServer().start()
+    server = RedisServer(base_dir=tmp_path_factory.mktemp("redis")).start()
     try:
         yield server
     finally:

@@ -11,7 +11,8 @@ Robustness rules, learned the hard way:
   (weed 4.48), so the admin gRPC port is chosen as exactly that.
 - ``AWS_*`` / ``S3_*`` / ``WEED_*`` variables are stripped from SeaweedFS's environment (they turn
   on auth or change its config); HOME and TMPDIR point into the server's own temp dir (weed
-  writes glog files and unix sockets to the temp dir), removed on stop.
+  writes glog files there), removed on stop. Its gRPC unix sockets go to /tmp regardless and
+  are removed by port after a kill.
 - Every server is stopped by its fixture; an ``atexit`` hook and (Linux) a parent-death signal
   are backstops so a crashed test run leaves no process behind.
 - A failed start raises with the server's log tail and the log's path.
@@ -217,6 +218,14 @@ def _clean_env(drop_prefixes: Iterable[str], home: Path) -> dict[str, str]:
     return env
 
 
+def _make_dir(prefix: str, base_dir: Path | None) -> Path:
+    """A fresh dir under ``base_dir`` (pytest's rotated tmp dirs, so a killed run's leftovers are
+    swept), or under /tmp when that path is too long: unix sockets live there (~100-byte limit)."""
+    if base_dir is not None and len(str(base_dir)) > 60:
+        base_dir = None
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=base_dir))
+
+
 def _find_weed() -> str:
     local = Path(sys.executable).parent / "weed"
     if local.exists():
@@ -233,22 +242,20 @@ class SeaweedFS:
     path-style ``Domain``. Each bucket is its own SeaweedFS collection holding at least one
     volume, so delete buckets you are done with (``-volume.max`` bounds the total)."""
 
-    PORT_NAMES = (
-        "master.port",
-        "master.port.grpc",
-        "volume.port",
-        "volume.port.grpc",
-        "filer.port",
-        "filer.port.grpc",
-        "s3.port",
-        "s3.port.grpc",
-        "admin.port",
-        "admin.port.grpc",
+    #: Every listening port weed mini opens; the last one must be admin.port + 10000.
+    PORT_NAMES = tuple(
+        f"{part}.port{kind}" for part in ("master", "volume", "filer", "s3", "admin") for kind in ("", ".grpc")
     )
 
     def __init__(
-        self, *, boot_bucket: str = "hm-boot", start_timeout: float = 30.0, volume_max: int = 64
+        self,
+        *,
+        boot_bucket: str = "hm-boot",
+        start_timeout: float = 30.0,
+        volume_max: int = 64,
+        base_dir: Path | None = None,
     ) -> None:
+        self.base_dir = base_dir
         self.boot_bucket = boot_bucket
         self.start_timeout = start_timeout
         self.volume_max = volume_max
@@ -290,8 +297,7 @@ class SeaweedFS:
         raise ServerStartError("SeaweedFS did not start:\n" + "\n---\n".join(errors))
 
     def _start_once(self) -> None:
-        # A short path: unix sockets live here and are limited to ~100 bytes.
-        self.dir = Path(tempfile.mkdtemp(prefix="hm-weed-"))
+        self.dir = _make_dir("hm-weed-", self.base_dir)
         data = self.dir / "data"
         data.mkdir()
         ports = free_ports(len(self.PORT_NAMES) - 1, paired_offset=10000)
@@ -329,6 +335,7 @@ class SeaweedFS:
         if self._proc is not None:
             self._proc.stop()
             self._proc = None
+        self._remove_tmp_sockets()
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
@@ -338,6 +345,15 @@ class SeaweedFS:
         if self._proc is not None:
             self._proc.kill()
             self._proc = None
+        self._remove_tmp_sockets()
+
+    def _remove_tmp_sockets(self) -> None:
+        """weed puts ``seaweedfs-<role>-grpc-<port>.sock`` in /tmp whatever TMPDIR says and only
+        removes them on a graceful stop; the ports are ours, so their sockets are too."""
+        for port in self.ports.values():
+            for sock in Path("/tmp").glob(f"seaweedfs-*-{port}.sock"):
+                with contextlib.suppress(OSError):
+                    sock.unlink()
 
     def create_bucket(self, name: str) -> str:
         status = _http_status(f"{self.endpoint}/{name}", method="PUT")
@@ -361,12 +377,17 @@ class RedisServer:
     """``redis-server`` without persistence on 127.0.0.1; ``kill()`` / ``restart()`` for failure tests."""
 
     def __init__(
-        self, port: int | None = None, *, binary: str = "redis-server", start_timeout: float = 10.0
+        self,
+        port: int | None = None,
+        *,
+        binary: str = "redis-server",
+        start_timeout: float = 10.0,
+        base_dir: Path | None = None,
     ) -> None:
         self.port = port or 0
         self.binary = binary
         self.start_timeout = start_timeout
-        self.dir = Path(tempfile.mkdtemp(prefix="hm-redis-"))
+        self.dir = _make_dir("hm-redis-", base_dir)
         self._proc: _Process | None = None
 
     @property

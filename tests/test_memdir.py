@@ -204,3 +204,35 @@ def test_clear(memdir: MemoryDir, store: ObjectStore) -> None:
 def test_memory_file_render_is_parseable() -> None:
     memory = MemoryFile("n: colon", "d # hash", MemoryType.PROJECT, "body\n", {"confidence": 0.8})
     assert parse_memory(memory.render()) == memory
+
+
+def test_save_many_is_one_index_update(memdir: MemoryDir, store: ObjectStore) -> None:
+    memdir.save("old.md", mem(name="old"))
+    results = memdir.save_many([(f"b{i}.md", mem(name=f"b{i}")) for i in range(20)] + [("old.md", mem(name="new"))])
+    assert sum(r.created for r in results) == 20
+    manifest = memdir.manifest()
+    assert len(manifest.entries) == 21 and manifest.entries["old.md"].name == "new"
+    assert len(parse_index(store.get(memdir.index_key).data.decode())) == 21
+
+
+def test_save_many_validates_everything_first(memdir: MemoryDir, store: ObjectStore) -> None:
+    with pytest.raises(MemoryFormatError):
+        memdir.save_many([("a.md", mem()), ("b.md", "broken")])
+    with pytest.raises(MemoryFormatError, match="twice"):
+        memdir.save_many([("a.md", mem()), ("a.md", mem())])
+    assert list(store.list(memdir.place.prefix)) == []
+
+
+def test_save_many_rolls_back_on_index_failure(memdir: MemoryDir, store: ObjectStore,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    memdir.save("keep.md", mem(body="original"))
+
+    def boom(*args: object, **kwargs: object) -> str:
+        raise StorageUnavailable("store went away")
+
+    monkeypatch.setattr(store, "put_if_match", boom)
+    with pytest.raises(StorageUnavailable):
+        memdir.save_many([("keep.md", mem(body="changed")), ("new.md", mem())])
+    monkeypatch.undo()
+    assert "original" in memdir.read("keep.md").text
+    assert not store.exists(memdir.place.key("new.md"))

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -226,9 +227,7 @@ def test_local_writes_leave_no_temp_files(local_store: LocalStore) -> None:
     assert _temp_files(local_store.root) == []
 
 
-def test_local_failed_write_leaves_no_temp_file(
-    local_store: LocalStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_local_failed_write_leaves_no_temp_file(local_store: LocalStore, monkeypatch: pytest.MonkeyPatch) -> None:
     """A unit case: the rename is made to fail (an I/O error we cannot cause for real)."""
     key = K + "keep.md"
     local_store.put(key, b"original")
@@ -244,18 +243,20 @@ def test_local_failed_write_leaves_no_temp_file(
     assert local_store.get(key).data == b"original"
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores folder permissions")
-def test_local_read_only_folder(local_store: LocalStore) -> None:
+def test_local_permission_denied_is_access_denied(local_store: LocalStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A unit case: CI runs as root, which ignores folder permissions, so the OS refusal is simulated."""
     key = K + "ro.md"
     local_store.put(key, b"x")
-    folder = local_store.path_for(key).parent
-    folder.chmod(0o500)
-    try:
-        with pytest.raises(AccessDenied, match=r"ro\.md"):
-            local_store.put(key, b"y")
-        assert _temp_files(local_store.root) == []
-    finally:
-        folder.chmod(0o700)
+
+    def refused(*args: object, **kwargs: object) -> tuple[int, str]:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(local_module.tempfile, "mkstemp", refused)
+    with pytest.raises(AccessDenied, match=r"ro\.md"):
+        local_store.put(key, b"y")
+    monkeypatch.undo()
+    assert _temp_files(local_store.root) == []
+    assert local_store.get(key).data == b"x"
 
 
 def test_local_keys_cannot_escape_root(local_store: LocalStore, tmp_path: Path) -> None:
@@ -278,30 +279,17 @@ def test_cos_maps_404_to_object_not_found(cos_store: CosStore) -> None:
 
 def test_cos_missing_bucket_is_not_a_missing_object(seaweedfs: SeaweedFS) -> None:
     settings = cos_test_settings(seaweedfs, "no-such-bucket-hm")
-    with CosStoreCtx(**settings) as store:
+    with closing(CosStore(**settings)) as store:
         with pytest.raises(StorageError, match="bucket no-such-bucket-hm does not exist") as err:
             store.get("memory/a.md")
         assert not isinstance(err.value, ObjectNotFound)
-
-
-class CosStoreCtx:
-    """``with CosStoreCtx(**settings) as store`` closes the store's session afterwards."""
-
-    def __init__(self, **settings: object) -> None:
-        self.store = CosStore(**settings)  # type: ignore[arg-type]
-
-    def __enter__(self) -> CosStore:
-        return self.store
-
-    def __exit__(self, *exc: object) -> None:
-        self.store.close()
 
 
 def test_cos_server_gone_is_storage_unavailable() -> None:
     """A private SeaweedFS (the session one must stay up) is killed under a live store."""
     server = SeaweedFS(boot_bucket="private").start()
     try:
-        with CosStoreCtx(**cos_test_settings(server, "private")) as store:
+        with closing(CosStore(**cos_test_settings(server, "private"))) as store:
             store.put("memory/a.md", b"x")
             server.kill()
             for call in (
@@ -337,7 +325,7 @@ def test_cos_timeout_is_storage_unavailable(silent_port: int) -> None:
         "cos_timeout": 0.3,
         "cos_retries": 0,
     }
-    with CosStoreCtx(**settings) as store:
+    with closing(CosStore(**settings)) as store:
         started = time.monotonic()
         with pytest.raises(StorageUnavailable, match=r"memory/a\.md: no answer within 0\.3 s"):
             store.get("memory/a.md")
@@ -394,7 +382,7 @@ def test_cos_maps_http_status(status_server: int, status: int, error: type[Stora
         "cos_anonymous": True,
         "cos_retries": 0,
     }
-    with CosStoreCtx(**settings) as store:
+    with closing(CosStore(**settings)) as store:
         key = f"memory/{status}.md"
         with pytest.raises(error, match=rf"{status}\.md.*HTTP {status}") as err:
             store.get(key)
@@ -404,7 +392,7 @@ def test_cos_maps_http_status(status_server: int, status: int, error: type[Stora
 def test_cos_conditional_put_off_degrades_put_if_match(seaweedfs: SeaweedFS, cos_bucket: str) -> None:
     """Real-COS mode: If-Match is not sent, so a stale etag wins (the caller's lock guards)."""
     settings = {**cos_test_settings(seaweedfs, cos_bucket), "cos_conditional_put": "off"}
-    with CosStoreCtx(**settings) as store:
+    with closing(CosStore(**settings)) as store:
         assert not store.supports_conditional_put
         stale = store.put("memory/a.md", b"v1")
         store.put("memory/a.md", b"v2")
@@ -459,8 +447,23 @@ def test_make_store_picks_backend(tmp_path: Path, seaweedfs: SeaweedFS, cos_buck
         assert cos.get("memory/a.md").data == b"x"
     finally:
         cos.close()
-    implied = make_store(
-        StoreConfig(cos_bucket="b-1250000000", cos_region="ap-guangzhou", cos_anonymous=True)
-    )
+    implied = make_store(StoreConfig(cos_bucket="b-1250000000", cos_region="ap-guangzhou", cos_anonymous=True))
     assert isinstance(implied, CosStore)  # a bucket implies the cos backend
     implied.close()
+
+
+def test_local_symlinked_folder_cannot_lead_outside(local_store: LocalStore, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (local_store.root / "users").mkdir(parents=True, exist_ok=True)
+    (local_store.root / "users" / "evil").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(AccessDenied, match="outside the store root"):
+        local_store.put("memory/users/evil/x.md", b"x")
+    with pytest.raises(AccessDenied):
+        local_store.get("memory/users/evil/x.md")
+    assert list(outside.iterdir()) == []
+
+
+def test_local_lock_folder_is_not_a_key(local_store: LocalStore) -> None:
+    with pytest.raises(InvalidName, match="lock folder"):
+        local_store.put("memory/.locks/x.md", b"x")

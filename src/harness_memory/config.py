@@ -163,6 +163,13 @@ class AutoMemoryConfig(_Section):
     max_injection_tokens: int = Field(2000, ge=50, description="Token budget of the injected block.")
     correction_share: float = Field(0.25, ge=0, le=1, description="Budget share reserved for corrections.")
     model: str | None = Field(None, description="Model id for extraction (default: light model).")
+    workers: int = Field(1, ge=1, le=16, description="Background threads running extractions per process.")
+    max_attempts: int = Field(3, ge=1, le=10, description="Tries per batch when the model fails or answers "
+                              "unusably (nothing is changed by a failed try).")
+    batch_max_messages: int = Field(200, ge=2, description="A pending batch this long is extracted at once.")
+    max_conversation_tokens: int = Field(8000, ge=500, description="Conversation tokens sent per extraction.")
+    max_output_tokens: int = Field(2000, ge=100, description="Completion-token cap of an extraction call.")
+    shutdown_flush_seconds: float = Field(10.0, ge=0, description="Time given to pending updates at exit.")
 
 
 class RecallConfig(_Section):
@@ -197,6 +204,16 @@ class ServerConfig(_Section):
     admin_token: SecretStr | None = Field(None, description="Bearer token for shared places.")
     user_source: Literal["header", "body"] = Field(
         "header", description="Where the trusted user id comes from: `wid` header or body `user_id`."
+    )
+    bind_sessions: bool = Field(
+        True, description="Bind session ids to their user (a hash suffix), so no caller can reach another "
+        "user's session summary by naming its id; off only when a trusted caller picks the ids.",
+    )
+    max_request_bytes: int = Field(
+        64 * 1024 * 1024, ge=1024, description="Largest request body (imports) the HTTP API accepts."
+    )
+    ready_timeout_seconds: float = Field(
+        3.0, gt=0, description="Seconds each readiness check (store, Redis) may take."
     )
 
 

@@ -132,6 +132,42 @@ class MemoryDir:
     def save_memory(self, file: str, memory: MemoryFile) -> SaveResult:
         return self.save(file, memory.render())
 
+    def save_many(self, items: list[tuple[str, str]]) -> list[SaveResult]:
+        """Write many memory files with ONE index update (imports, snapshots, seeding).
+
+        Everything is validated before the first write; if the index update fails, every file
+        written here is rolled back, so the place is either fully updated or unchanged.
+        """
+        checked = [(validate_filename(f), self.check_content(c), c.encode("utf-8")) for f, c in items]
+        if len({f for f, _, _ in checked}) != len(checked):
+            raise MemoryFormatError("the same file name appears twice in one batch")
+        with self.locker.hold(self.place.lock_name()):
+            manifest, _ = self.load_manifest()
+            new_files = [f for f, _, _ in checked if f not in manifest.entries]
+            if len(manifest.entries) + len(new_files) > self.limits.max_files_per_place:
+                raise MemoryFormatError(
+                    f"this batch would bring the place to {len(manifest.entries) + len(new_files)} files; "
+                    f"the limit is {self.limits.max_files_per_place}"
+                )
+            previous: dict[str, bytes | None] = {}
+            results: list[SaveResult] = []
+            try:
+                for file, memory, data in checked:
+                    key = self.place.key(file)
+                    prior = self.store.get_or_none(key)
+                    previous[key] = prior.data if prior else None
+                    self.store.put(key, data, content_type="text/markdown; charset=utf-8")
+                    prior_entry = manifest.entries.get(file)
+                    entry = ManifestEntry.from_memory(file, memory, len(data),
+                                                      created_at=prior_entry.created_at if prior_entry else None)
+                    results.append(SaveResult(file, prior is None, entry))
+                self._commit(lambda m: m.entries.update({r.file: r.entry for r in results}))
+            except Exception:
+                for key, data in previous.items():
+                    self._rollback(key, data)
+                raise
+            return results
+
     def replace_chunk(self, file: str, old: str, new: str, *, replace_all: bool = False) -> SaveResult:
         """Replace an exact chunk of a memory file (must match once unless ``replace_all``)."""
         file = validate_filename(file)

@@ -31,8 +31,7 @@ def make_store(cfg: StoreConfig) -> ObjectStore:
     if cfg.effective_backend == "cos":
         if not cfg.cos_bucket and not cfg.cos_domain:
             raise ConfigError(
-                "backend is cos but no bucket is set: set HARNESS_MEMORY_COS_BUCKET "
-                "(or HARNESS_MEMORY_BACKEND=local)"
+                "backend is cos but no bucket is set: set HARNESS_MEMORY_COS_BUCKET (or HARNESS_MEMORY_BACKEND=local)"
             )
         return CosStore(cfg)
     return LocalStore(cfg.local_root, key_prefix=cfg.key_prefix, io_threads=cfg.io_threads)

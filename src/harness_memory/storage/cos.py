@@ -84,9 +84,7 @@ class CosStore(ObjectStore):
         self._where = cfg.cos_domain or cfg.cos_endpoint or f"{self.bucket} in {cfg.cos_region}"
         self._count_lock = threading.Lock()
         self._session = requests.Session()
-        adapter = requests.adapters.HTTPAdapter(
-            pool_connections=4, pool_maxsize=cfg.cos_pool_size, pool_block=False
-        )
+        adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=cfg.cos_pool_size, pool_block=False)
         self._session.mount("http://", adapter)
         self._session.mount("https://", adapter)
         self._client = CosS3Client(_sdk_config(cfg), retry=cfg.cos_retries, session=self._session)

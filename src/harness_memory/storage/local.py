@@ -19,7 +19,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from ..errors import AccessDenied, ObjectNotFound, PreconditionFailed, StorageError
+from ..errors import AccessDenied, InvalidName, ObjectNotFound, PreconditionFailed, StorageError
 from .base import ObjectInfo, ObjectStore, StoredObject
 from .keys import validate_key
 
@@ -44,9 +44,13 @@ class LocalStore(ObjectStore):
         """The file that holds ``key`` (validated so it cannot leave the root)."""
         validate_key(key, self.key_prefix)
         rel = key[len(self.key_prefix) :]
+        if rel.split("/", 1)[0] == LOCK_DIR:
+            raise InvalidName(f"key {key!r} is inside the store's lock folder")
         path = self.root / rel
-        if self.root not in path.parents:
-            raise StorageError(f"key {key!r} resolves outside the store root")
+        # The text check stops '..'; the real-path check stops a symlinked folder inside the root.
+        real_parent = Path(os.path.realpath(path.parent))
+        if self.root not in path.parents or (real_parent != self.root and self.root not in real_parent.parents):
+            raise AccessDenied(f"key {key!r} resolves outside the store root")
         return path
 
     def key_for(self, path: Path) -> str:
