@@ -133,7 +133,9 @@ def make_config(request: pytest.FixtureRequest, tmp_path: Path) -> MakeConfig:
             store = {"backend": "local", "local_root": str(tmp_path / ".harness")}
         else:
             raise ValueError(f"backend must be 'local' or 'cos', not {backend!r}")
-        data: dict[str, dict[str, Any]] = {"store": store}
+        # No snapshot unless a test asks for one (the repo's own snapshots/ would seed every place).
+        data: dict[str, dict[str, Any]] = {"store": store,
+                                           "agent": {"snapshots_dir": str(tmp_path / "no-snapshots")}}
         if redis:
             server_r: RedisServer = request.getfixturevalue("redis_server")
             prefix = state.setdefault("redis_prefix", _unique("t-") + ":")

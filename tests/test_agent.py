@@ -155,3 +155,87 @@ def test_deepcopy_shares_memory_clients(cfg: MemoryConfig) -> None:
     own = [t for t in copied.tools if isinstance(t, MemoryTools)]
     assert own and own[0] is agent.tools[0]
     assert own[0].own.store is services_for(cfg).store
+
+
+SUMMARY_ANSWER = ("# Planning a Vue report\n\n## Current State\n- drafting the report\n\n## Task\n- a Vue report in "
+                  "Chinese\n\n## Key Results\n- the user picked ECharts for the charts\n")
+
+
+def test_build_agent_buffers_summarises_and_injects_the_session_summary(
+        make_config: Callable[..., MemoryConfig], llm_server: ScriptedLLM) -> None:
+    from harness_memory.session import PROMPT_MARKER_FOR_TESTS, session_manager_for
+
+    cfg = make_config(backend="cos", redis=True,
+                      model={"model": "fake-model", "base_url": llm_server.base_url, "api_key": "k"},
+                      session={"first_threshold_tokens": 60}, auto={"enabled": False})
+
+    def answer(request: Any) -> Any:
+        if PROMPT_MARKER_FOR_TESTS in json.dumps(request.messages, ensure_ascii=False):
+            return text(SUMMARY_ANSWER)
+        return text("Sure — ECharts works well for that report. " * 6)
+
+    llm_server.set_handler(answer)
+    agent = build_agent("u-s", session_id="sess-1", config=cfg)
+    agent.run("Please help me plan a Vue report in Chinese with charts; which chart library?")
+    manager = session_manager_for(services_for(cfg))
+    assert manager.flush(10) and manager.wait_idle(20)
+    summary_calls = [r for r in llm_server.chat_requests if PROMPT_MARKER_FOR_TESTS in json.dumps(r.messages)]
+    assert len(summary_calls) == 1
+    assert "which chart library" in json.dumps(summary_calls[0].messages, ensure_ascii=False)
+    stored = services_for(cfg).store.get("memory/sessions/session-sess-1.md").data.decode()
+    assert "ECharts" in stored
+
+    llm_server.clear()
+    llm_server.set_handler(answer)
+    build_agent("u-s", session_id="sess-1", config=cfg).run("Now the second chapter")
+    user_msgs = [m for m in llm_server.chat_requests[0].messages if m["role"] == "user"]
+    assert user_msgs[-1]["content"].startswith("[会话历史摘要]\n")
+    assert user_msgs[-1]["content"].endswith("\n\n---\n用户最新消息：Now the second chapter")
+    assert "the user picked ECharts" in user_msgs[-1]["content"]
+
+
+def test_dead_store_does_not_stop_build_or_run(make_config: Callable[..., MemoryConfig], llm_server: ScriptedLLM,
+                                               caplog: pytest.LogCaptureFixture) -> None:
+    from tests.servers import SeaweedFS
+
+    private = SeaweedFS(boot_bucket="gone").start()
+    from tests.conftest import cos_test_settings
+
+    cfg = make_config(backend="local", model={"model": "fake-model", "base_url": llm_server.base_url},
+                      session={"enabled": False}, auto={"enabled": False})
+    cfg = cfg.model_copy(update={"store": cfg.store.model_copy(update=cos_test_settings(private, "gone"))})
+    services_for(cfg).user_agent_dir("u1").save("a.md", MEMORY)
+    private.kill()
+    llm_server.script(tool_calls([("save_file", {"file_name": "b.md", "content": MEMORY})]), text("ok"))
+    with caplog.at_level(logging.WARNING):
+        out = build_agent("u1", config=cfg).run("remember this")
+    assert out.content == "ok"
+    assert "could not be read" in system_text(llm_server.chat_requests[0])
+    tool_msg = [m for m in llm_server.chat_requests[1].messages if m["role"] == "tool"][-1]
+    assert "memory store is unreachable" in tool_msg["content"] and "Nothing was saved" in tool_msg["content"]
+
+
+def test_build_agent_initialises_snapshot_and_recalls_for_the_query(
+        make_config: Callable[..., MemoryConfig], llm_server: ScriptedLLM, tmp_path: Any) -> None:
+    from harness_memory.recall.context import BLOCK_TITLE
+
+    snap = tmp_path / "snaps" / "default"
+    snap.mkdir(parents=True)
+    (snap / "snapshot.json").write_text('{"updatedAt": "2026-11-01T00:00:00Z"}')
+    (snap / "deploy.md").write_text("---\nname: deploy steps\ndescription: how to deploy the service to staging\n"
+                                    "type: project\n---\n\nRun `make deploy ENV=staging` then check /healthz.\n")
+    (snap / "style.md").write_text("---\nname: code style\ndescription: python code style rules\ntype: feedback\n"
+                                   "---\n\nUse ruff; 120 columns.\n")
+    cfg = make_config(backend="cos", model={"model": "fake-model", "base_url": llm_server.base_url},
+                      agent={"snapshots_dir": str(tmp_path / "snaps")}, recall={"use_model": False},
+                      session={"enabled": False}, auto={"enabled": False})
+    llm_server.script(text("Use make deploy."))
+    build_agent("newbie", config=cfg, query="how do I deploy to staging?").run("how do I deploy to staging?")
+    system = system_text(llm_server.chat_requests[0])
+    assert "- [deploy steps](deploy.md) — how to deploy the service to staging" in system
+    assert BLOCK_TITLE in system
+    recalled = system.split(BLOCK_TITLE, 1)[1]
+    assert "Run `make deploy ENV=staging`" in recalled
+    store = services_for(cfg).store
+    assert store.exists("memory/users/newbie/agent-memory/default/deploy.md")
+    assert store.exists("memory/users/newbie/agent-memory/default/.snapshot-synced.json")

@@ -71,7 +71,7 @@ def test_redis_release_never_frees_a_foreign_lock(redis_client: redis.Redis) -> 
 
 
 def test_redis_down_falls_back_to_local_lock(caplog: pytest.LogCaptureFixture) -> None:
-    dead = redis.Redis(host="127.0.0.1", port=1, socket_timeout=0.2, socket_connect_timeout=0.2)
+    dead = redis.Redis.from_url("redis://127.0.0.1:1/0", socket_timeout=0.2, socket_connect_timeout=0.2)
     locker = RedisLocker(dead, prefix="x:", ttl=1, wait=1)
     with caplog.at_level("WARNING"):
         assert exclusive(locker, "p", n_threads=4, rounds=5) == 20

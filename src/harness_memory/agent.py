@@ -23,9 +23,12 @@ from agno.tools.function import Function
 
 from .config import MemoryConfig
 from .llm import ModelNotConfigured, make_agent_model
-from .memdir import CappedText, MemoryDir
+from .memdir import CappedText, Manifest, MemoryDir
 from .prompt import PromptParts, render_agent_memory_prompt
+from .recall import make_recall_pre_hook, recall_for_query
 from .services import MemoryServices, services_for
+from .session import attach_session_hooks, session_manager_for
+from .snapshot import apply_snapshot_on_build
 from .tools import TOOL_NAMES, MemoryTools
 
 log = logging.getLogger(__name__)
@@ -34,6 +37,8 @@ log = logging.getLogger(__name__)
 REPLACED_TOOL_NAMES = frozenset(TOOL_NAMES) | {"update_user_memory", "update_profile"}
 _FILE_TOOLKIT_CLASSES = ("FileTools", "LocalFileSystemTools")
 SHARED_INDEX_TTL = 30.0
+UNAVAILABLE_INDEX = ("> The memory store could not be read when this conversation started; the tools may work "
+                     "later. Do not tell the user their memories are gone.")
 
 _default_config: MemoryConfig | None = None
 
@@ -63,17 +68,65 @@ def build_agent(
     configured the agent is still built and its first run reports which setting is missing.
     ``query`` (the user's message, when known) turns on relevant recall. Any other keyword goes
     to ``Agent`` unchanged, except that memory-related settings that would conflict are adjusted
-    (with a warning).
+    (with a warning) and our hooks are appended to the caller's ``pre_hooks`` / ``post_hooks``.
     """
     cfg = config or default_config()
     services = services_for(cfg)
-    own = services.user_agent_dir(user_id, agent_type)
-    shared = services.shared_agent_dir(agent_type)
     if model is None:
         model = _configured_model(cfg)
+    agent_kwargs.setdefault("telemetry", False)
+    agent = Agent(
+        model=model,
+        user_id=user_id,
+        session_id=session_id,
+        tools=_filter_tools(list(tools or [])),
+        **_adjust_memory_kwargs(agent_kwargs),
+    )
+    return _wire(agent, services, user_id, agent_type, query=query)
+
+
+def inject_memory_tools(
+    agent: Agent,
+    *,
+    user_id: str | None = None,
+    agent_type: str = "default",
+    config: MemoryConfig | None = None,
+    query: str | None = None,
+) -> Agent:
+    """Give an Agent you built yourself everything ``build_agent`` adds.
+
+    Removes agno's file tools and user-memory tools (and anything named like ours), puts
+    ``MemoryTools`` first, appends the memory prompt to ``additional_context``, turns agno's own
+    user memory / profile learning off and attaches the session and auto-memory hooks.
+    Returns the same agent.
+    """
+    uid = user_id or agent.user_id
+    if not uid:
+        raise ValueError("inject_memory_tools needs a user_id (argument or agent.user_id)")
+    if agent.user_id is None:
+        agent.user_id = uid
+    for key, value in _adjust_memory_kwargs({"enable_agentic_memory": agent.enable_agentic_memory,
+                                             "learning": agent.learning}).items():
+        setattr(agent, key, value)
+    return _wire(agent, services_for(config or default_config()), uid, agent_type, query=query)
+
+
+def _wire(agent: Agent, services: MemoryServices, user_id: str, agent_type: str, *, query: str | None) -> Agent:
+    """Tools, prompt and hooks for one user's agent (shared by build_agent and inject_memory_tools)."""
+    cfg = services.config
+    own = services.user_agent_dir(user_id, agent_type)
+    shared = services.shared_agent_dir(agent_type)
+    manifest = _load_manifest(own)
     notes: list[str] = []
+    if manifest is not None:
+        # Snapshot: may copy starter memories into an empty place (filling ``manifest`` in place)
+        # or return a note that a newer snapshot is available. Never raises.
+        note = apply_snapshot_on_build(services, user_id, agent_type, manifest)
+        if note:
+            notes.append(note)
+    own_index = _safe_index(own, manifest)
     prompt = render_agent_memory_prompt(
-        PromptParts(own.index_text(), cached_shared_index(services, shared)),
+        PromptParts(own_index, cached_shared_index(services, shared)),
         own_label=own.place.label,
         shared_label=shared.place.label,
         scope=cfg.agent.scope,
@@ -83,55 +136,39 @@ def build_agent(
         max_bytes=cfg.limits.index_max_bytes,
     )
     memory_tools = MemoryTools(own, shared, shared_writable=cfg.agent.shared_write)
-    agent_kwargs.setdefault("telemetry", False)
-    agent = Agent(
-        model=model,
-        user_id=user_id,
-        session_id=session_id,
-        tools=_filter_tools(list(tools or [])),
-        **_adjust_memory_kwargs(agent_kwargs),
-    )
-    inject_memory_tools(agent, memory_tools=memory_tools, prompt=prompt)
-    return agent
-
-
-def inject_memory_tools(
-    agent: Agent,
-    *,
-    user_id: str | None = None,
-    agent_type: str = "default",
-    config: MemoryConfig | None = None,
-    memory_tools: MemoryTools | None = None,
-    prompt: str | None = None,
-) -> Agent:
-    """Give an Agent you built yourself our five tools and the memory prompt.
-
-    Removes agno's file tools and user-memory tools (and anything named like ours), puts
-    ``MemoryTools`` first, appends the prompt to ``additional_context`` and turns agno's own
-    user memory / profile learning off. Returns the same agent.
-    """
-    if memory_tools is None or prompt is None:
-        uid = user_id or agent.user_id
-        if not uid:
-            raise ValueError("inject_memory_tools needs a user_id (argument or agent.user_id)")
-        services = services_for(config or default_config())
-        own = services.user_agent_dir(uid, agent_type)
-        shared = services.shared_agent_dir(agent_type)
-        cfg = services.config
-        memory_tools = memory_tools or MemoryTools(own, shared, shared_writable=cfg.agent.shared_write)
-        if prompt is None:
-            prompt = render_agent_memory_prompt(
-                PromptParts(own.index_text(), cached_shared_index(services, shared)),
-                own_label=own.place.label, shared_label=shared.place.label, scope=cfg.agent.scope,
-                shared_writable=cfg.agent.shared_write, max_lines=cfg.limits.index_max_lines,
-                max_bytes=cfg.limits.index_max_bytes)
     agent.tools = [memory_tools, *_filter_tools(list(agent.tools or []))]
     append_context(agent, prompt)
-    for key, value in _adjust_memory_kwargs({"enable_agentic_memory": agent.enable_agentic_memory,
-                                             "learning": agent.learning}).items():
-        setattr(agent, key, value)
+    if query and cfg.recall.enabled:
+        recalled = recall_for_query(services, user_id, agent_type, query, session_id=agent.session_id,
+                                    manifest=manifest)
+        if recalled:
+            append_context(agent, recalled)
+    if cfg.recall.enabled and cfg.recall.per_run:
+        # Recall before every run (agents reused across runs); must come first among pre-hooks.
+        agent.pre_hooks = [make_recall_pre_hook(services, agent_type=agent_type, user_id=user_id,
+                                                skip_first_query=query), *(agent.pre_hooks or [])]
+    if cfg.session.enabled:
+        attach_session_hooks(agent, session_manager_for(services))
     warn_if_context_dropped(agent)
     return agent
+
+
+def _safe_index(own: MemoryDir, manifest: Manifest | None) -> CappedText:
+    if manifest is not None:
+        try:
+            return own.index_text(manifest)
+        except Exception as exc:
+            log.warning("MEMORY.md of %s unavailable (%s)", own.place.label, exc)
+    return CappedText(UNAVAILABLE_INDEX, False, 0)
+
+
+def _load_manifest(own: MemoryDir) -> Manifest | None:
+    """The user's manifest (one GET); None when the store cannot be read — the build goes on."""
+    try:
+        return own.manifest()
+    except Exception as exc:
+        log.warning("memory index of %s unavailable (%s); building the agent without it", own.place.label, exc)
+        return None
 
 
 def append_context(agent: Agent, text: str) -> None:

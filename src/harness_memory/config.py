@@ -163,6 +163,8 @@ class AutoMemoryConfig(_Section):
     max_injection_tokens: int = Field(2000, ge=50, description="Token budget of the injected block.")
     correction_share: float = Field(0.25, ge=0, le=1, description="Budget share reserved for corrections.")
     model: str | None = Field(None, description="Model id for extraction (default: light model).")
+    min_interval_seconds: float = Field(1800.0, ge=0, description="Least time between two extractions of one "
+                                        "session (the first is not held back; wins over max_wait_seconds).")
     workers: int = Field(1, ge=1, le=16, description="Background threads running extractions per process.")
     max_attempts: int = Field(3, ge=1, le=10, description="Tries per batch when the model fails or answers "
                               "unusably (nothing is changed by a failed try).")
@@ -192,6 +194,9 @@ class RecallConfig(_Section):
     )
     surfaced_max_sessions: int = Field(
         4096, ge=1, description="Sessions whose recalled files are remembered per pod when Redis is absent."
+    )
+    per_run: bool = Field(
+        False, description="Also recall on every run through an agno pre-hook (for Agents reused across runs)."
     )
 
 
@@ -335,3 +340,16 @@ def _explain(exc: ValidationError) -> str:
             hint = f" (env {ENV_PREFIX}{_SECTIONS[section]}{field.split('.')[0].upper()})"
         parts.append(f"{loc}{hint}: {err['msg']}")
     return "invalid configuration: " + "; ".join(parts)
+
+
+def markdown_table() -> str:
+    """The README's configuration table (a test keeps the README equal to it)."""
+    lines = ["| Variable | Setting | Default | Meaning |", "|---|---|---|---|"]
+    for env_name, path, default, desc in env_table():
+        shown = f"`{default}`" if default else ""
+        lines.append(f"| `{env_name}` | `{path}` | {shown} | {desc.replace('|', '/')} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python -m harness_memory.config  -> the README table
+    print(markdown_table())

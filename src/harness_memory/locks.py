@@ -27,6 +27,8 @@ from typing import Protocol
 import redis
 from filelock import FileLock
 from filelock import Timeout as FileLockTimeout
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from .config import RedisConfig
 from .errors import LockTimeout
@@ -88,8 +90,10 @@ class RedisLocker:
     """Distributed lock on one Redis; falls back to ``fallback`` while Redis is unreachable."""
 
     def __init__(self, client: redis.Redis, *, prefix: str = "hm:", ttl: float = 15.0, wait: float = 20.0,
-                 fallback: LocalLocker | None = None) -> None:
+                 fallback: LocalLocker | None = None, retry_after: float = 30.0) -> None:
         self.client = client
+        self.retry_after = retry_after
+        self._down_until = 0.0
         self.prefix = prefix
         self.ttl = ttl
         self.wait = wait
@@ -106,11 +110,17 @@ class RedisLocker:
         wait = self.wait if wait is None else wait
         key = self._key(name)
         token = secrets.token_hex(16)
+        if time.monotonic() < self._down_until:  # Redis failed recently: do not pay its timeout again
+            with self.fallback.hold(name, ttl=ttl, wait=wait):
+                yield
+            return
         try:
             acquired = self._acquire(key, token, ttl, wait)
         except redis.RedisError as exc:
+            self._down_until = time.monotonic() + self.retry_after
             if not self._warned:
-                log.warning("Redis lock unavailable (%s); using the in-process lock instead", exc)
+                log.warning("Redis lock unavailable (%s); using the in-process lock for %.0fs before retrying",
+                            exc, self.retry_after)
                 self._warned = True
             with self.fallback.hold(name, ttl=ttl, wait=wait):
                 yield
@@ -142,10 +152,13 @@ def make_redis(cfg: RedisConfig) -> redis.Redis | None:
     """A sync Redis client with short timeouts, or None when no URL is configured."""
     if not cfg.url:
         return None
+    # No client-side retries: redis-py's default retry turns one failed command against a dead
+    # server into ~4 s of backoff; callers here degrade on the first failure instead.
     return redis.Redis.from_url(
         cfg.url,
         socket_timeout=cfg.socket_timeout,
         socket_connect_timeout=cfg.socket_timeout,
         health_check_interval=30,
         retry_on_timeout=False,
+        retry=Retry(NoBackoff(), 0),
     )

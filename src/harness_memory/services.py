@@ -40,7 +40,8 @@ class MemoryServices:
         locker: Locker = local
         if client is not None:
             locker = RedisLocker(client, prefix=config.redis.key_prefix, ttl=limits.lock_ttl_seconds,
-                                 wait=limits.lock_wait_seconds, fallback=local)
+                                 wait=limits.lock_wait_seconds, fallback=local,
+                                 retry_after=config.redis.retry_after_seconds)
         return cls(config=config, store=store, redis=client, locker=locker)
 
     def __deepcopy__(self, memo: dict[int, object]) -> MemoryServices:

@@ -18,12 +18,12 @@ import concurrent.futures
 import datetime as dt
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..config import RecallConfig
 from ..errors import HarnessMemoryError, MemoryFormatError, ObjectNotFound
-from ..memdir import MemoryDir, ReadResult, split_frontmatter
+from ..memdir import ManifestEntry, MemoryDir, ReadResult, split_frontmatter
 from ..memdir.model import parse_memory
 from .select import format_time
 
@@ -116,29 +116,43 @@ def read_files(memdir: MemoryDir, files: Sequence[str], shared: MemoryDir | None
     return {f: r for f, r in zip(files, results, strict=True) if r is not None}
 
 
-def _render_file(file: str, read: ReadResult, config: RecallConfig, now: float, budget: int
-                 ) -> RecalledFile | None:
-    """The section for one file within ``budget`` bytes, or None when not even its header fits."""
+def _heading(file: str, read: ReadResult, entry: ManifestEntry | None) -> tuple[str, str, str]:
+    """(title, description line, body). The manifest entry, when known, names the memory (no YAML
+    parse: the pure-Python YAML loader would be most of recall's cost); else the frontmatter."""
+    modified = format_time(read.last_modified)
     text = read.text
-    try:
-        memory = parse_memory(text)
-        title = f"## {file} — {memory.name} ({memory.type.value}, modified {format_time(read.last_modified)})"
-        desc = f"_{memory.description}_"
-        body = memory.body
-    except MemoryFormatError:
-        title = f"## {file} (modified {format_time(read.last_modified)})"
-        desc = ""
+    if entry is not None and entry.name:
         try:
             body = split_frontmatter(text)[1]
         except MemoryFormatError:
             body = text
+        kind = f"{entry.type}, " if entry.type else ""
+        return f"## {file} — {entry.name} ({kind}modified {modified})", f"_{entry.description}_", body
+    try:
+        memory = parse_memory(text)
+        return (f"## {file} — {memory.name} ({memory.type.value}, modified {modified})",
+                f"_{memory.description}_", memory.body)
+    except MemoryFormatError:
+        try:
+            body = split_frontmatter(text)[1]
+        except MemoryFormatError:
+            body = text
+        return f"## {file} (modified {modified})", "", body
+
+
+def _render_file(file: str, read: ReadResult, config: RecallConfig, now: float, budget: int,
+                 entry: ManifestEntry | None = None) -> RecalledFile | None:
+    """The section for one file within ``budget`` bytes, or None when not even its header fits."""
+    text = read.text
+    title, desc, body = _heading(file, read, entry)
     body = body.strip("\n")
     header_lines = len(text.splitlines()) - len(body.splitlines())
     age = max(0.0, now - read.last_modified) if read.last_modified else 0.0
     note = staleness_note(age, config.stale_after_days)
     head = [title] + ([f"> {note}"] if note else []) + ([desc] if desc else []) + [""]
-    head_text = "\n".join(head)
-    room = min(config.file_max_bytes, budget) - len(head_text.encode("utf-8")) - 120
+    head_text = "\n".join(head) + "\n"
+    cut_note = 90 + 2 * len(file.encode("utf-8"))  # room for the "[… cut at …]" line
+    room = min(config.file_max_bytes, budget) - len(head_text.encode("utf-8")) - cut_note
     if room < 64:
         return None
     kept, kept_lines, cut = cap_text(body, config.file_max_lines, room)
@@ -151,17 +165,21 @@ def _render_file(file: str, read: ReadResult, config: RecallConfig, now: float, 
 
 
 def render_recalled(reads: dict[str, ReadResult], order: Sequence[str], config: RecallConfig,
-                    now: float) -> tuple[str, list[RecalledFile]]:
+                    now: float, entries: Mapping[str, ManifestEntry] | None = None
+                    ) -> tuple[str, list[RecalledFile]]:
     """The block and the files that made it in (in ``order``), within ``total_max_bytes``."""
     intro = f"{BLOCK_TITLE}\n\n{BLOCK_INTRO}\n"
-    budget = config.total_max_bytes - len(intro.encode("utf-8"))
+    # room kept for the "left out for space" line, so the block never exceeds the total cap
+    reserve = 80 + sum(len(f.encode("utf-8")) + 2 for f in order)
+    budget = config.total_max_bytes - len(intro.encode("utf-8")) - reserve
     sections: list[RecalledFile] = []
     left_out: list[str] = []
     for file in order:
         read = reads.get(file)
         if read is None:
             continue
-        rendered = _render_file(file, read, config, now, budget) if budget > 0 else None
+        entry = entries.get(file) if entries else None
+        rendered = _render_file(file, read, config, now, budget, entry) if budget > 0 else None
         if rendered is None:
             left_out.append(file)
             continue
@@ -190,14 +208,16 @@ def load_recalled_context(
     config: RecallConfig,
     now: float | dt.datetime | None = None,
     shared: MemoryDir | None = None,
+    entries: Mapping[str, ManifestEntry] | None = None,
 ) -> str:
     """Read ``files`` (``shared/<file>`` from ``shared``) and render the recalled-memories block.
 
     Returns ``""`` when nothing could be read. Each file is capped at ``config.file_max_lines`` /
     ``config.file_max_bytes``, the whole block at ``config.total_max_bytes``; memories older than
-    ``config.stale_after_days`` (and at least a day) carry a staleness note.
+    ``config.stale_after_days`` (and at least a day) carry a staleness note. ``entries`` (the
+    manifest's, keyed like ``files``) name each memory without parsing its frontmatter.
     """
-    text, _ = load_recalled(memdir, files, config=config, now=now, shared=shared)
+    text, _ = load_recalled(memdir, files, config=config, now=now, shared=shared, entries=entries)
     return text
 
 
@@ -208,13 +228,14 @@ def load_recalled(
     config: RecallConfig,
     now: float | dt.datetime | None = None,
     shared: MemoryDir | None = None,
+    entries: Mapping[str, ManifestEntry] | None = None,
 ) -> tuple[str, list[RecalledFile]]:
     """Like ``load_recalled_context`` but also says which files made it into the block."""
     unique = list(dict.fromkeys(files))
     if not unique:
         return "", []
     reads = read_files(memdir, unique, shared)
-    return render_recalled(reads, unique, config, _now(now))
+    return render_recalled(reads, unique, config, _now(now), entries)
 
 
 __all__ = ["BLOCK_TITLE", "RecalledFile", "cap_text", "load_recalled", "load_recalled_context", "read_files",

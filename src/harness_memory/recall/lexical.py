@@ -135,14 +135,21 @@ class LexicalIndex:
         return out
 
 
+def _entry_key(entry: ManifestEntry, body: str | None) -> tuple[object, ...]:
+    """Everything ``document_text`` reads, without building the text (the warm path must be cheap:
+    the strings are the manifest's own objects, so hashing and comparing them is nearly free)."""
+    tags = entry.extra.get("tags") if entry.extra else None
+    return (entry.file, entry.name, entry.description, repr(tags) if tags else None, body)
+
+
 def index_for(entries: Sequence[ManifestEntry], bodies: Mapping[str, str] | None = None) -> LexicalIndex:
     """The (cached) index of these entries; built only when their searchable text changed."""
-    files = tuple(e.file for e in entries)
-    texts = tuple(document_text(e, (bodies or {}).get(e.file)) for e in entries)
-    key = (files, texts)
+    get_body = bodies.get if bodies else (lambda _file: None)
+    key = tuple(_entry_key(e, get_body(e.file)) for e in entries)
     hit = _indexes.get(key)
     if hit is None:
-        hit = LexicalIndex(files, texts)
+        hit = LexicalIndex([e.file for e in entries],
+                           [document_text(e, get_body(e.file)) for e in entries])
         _indexes.put(key, hit)
     return hit
 

@@ -56,15 +56,19 @@ def manifest_line(entry: ManifestEntry) -> str:
     return f"- [{kind}] {entry.file} ({format_time(entry.updated_at)}) — {desc}"
 
 
-def candidate_entries(query: str, entries: Sequence[ManifestEntry], limit: int) -> list[ManifestEntry]:
-    """At most ``limit`` entries for the model: best BM25 matches, then the most recent, newest first."""
-    if len(entries) <= limit:
-        chosen = list(entries)
+def candidate_entries(query: str, entries: Sequence[ManifestEntry], limit: int,
+                      exclude: frozenset[str] = frozenset()) -> list[ManifestEntry]:
+    """At most ``limit`` entries for the model, ``exclude`` left out: the best BM25 matches, then the
+    most recent; listed newest first."""
+    allowed = [e for e in entries if e.file not in exclude]
+    if len(allowed) <= limit:
+        chosen = allowed
     else:
-        by_file = {e.file: e for e in entries}
-        picked = [by_file[s.file] for s in lexical_rank(query, entries, k=limit)]
+        by_file = {e.file: e for e in allowed}
+        # ranked over ALL entries (the cached index), so a session's surfaced set costs no rebuild
+        picked = [by_file[s.file] for s in lexical_rank(query, entries, k=limit, exclude=exclude)]
         seen = {e.file for e in picked}
-        for e in sorted(entries, key=lambda e: e.updated_at, reverse=True):
+        for e in sorted(allowed, key=lambda e: e.updated_at, reverse=True):
             if len(picked) >= limit:
                 break
             if e.file not in seen:
@@ -148,20 +152,22 @@ def find_relevant_memories(
     """
     max_files = max(1, min(int(max_files), MAX_FILES))
     surfaced = frozenset(already_surfaced)
-    entries = [e for e in manifest.sorted_entries() if e.file not in surfaced]
-    if not query or not query.strip() or not entries:
+    entries = manifest.sorted_entries()
+    if not query or not query.strip() or all(e.file in surfaced for e in entries):
         return []
     if model is not None:
-        picked = _ask_model(query, entries, manifest.entries, model, max_files, timeout, max_candidates)
+        picked = _ask_model(query, entries, surfaced, manifest.entries, model, max_files, timeout,
+                            max_candidates)
         if picked is not None:
             return [f for f in picked if f not in surfaced][:max_files]
-    return [s.file for s in lexical_rank(query, entries, k=max_files, bodies=bodies)]
+    return [s.file for s in lexical_rank(query, entries, k=max_files, exclude=surfaced, bodies=bodies)]
 
 
-def _ask_model(query: str, entries: list[ManifestEntry], known: Mapping[str, ManifestEntry],
-               model: LightModel, max_files: int, timeout: float, max_candidates: int) -> list[str] | None:
+def _ask_model(query: str, entries: list[ManifestEntry], surfaced: frozenset[str],
+               known: Mapping[str, ManifestEntry], model: LightModel, max_files: int, timeout: float,
+               max_candidates: int) -> list[str] | None:
     """The model's pick, or None when it failed or answered unusably (the caller falls back)."""
-    shown = candidate_entries(query, entries, max_candidates)
+    shown = candidate_entries(query, entries, max_candidates, surfaced)
     try:
         result = model.complete(build_messages(query, shown, max_files), json_mode=True,
                                 max_tokens=ANSWER_MAX_TOKENS, timeout=timeout)

@@ -27,15 +27,19 @@ _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"
 _RUN = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+")
 _HAS_CJK = re.compile(rf"[{_CJK}]")
 
-EN_STOPWORDS = frozenset(
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+EN_STOPWORDS = _words(
     "a an and are as at be but by can do does for from has have how i if in into is it its me my "
     "of on or our should so that the their them then there these they this to was we what when "
-    "where which who why will with you your md".split()
+    "where which who why will with you your md"
 )
-ZH_STOPWORDS = frozenset(
+ZH_STOPWORDS = _words(
     "的 了 是 在 和 与 或 也 就 都 而 及 着 把 被 让 给 对 从 向 这 那 这个 那个 这些 那些 什么 怎么 "
     "怎样 如何 吗 呢 吧 啊 呀 我 你 他 她 它 我们 你们 他们 一个 一下 一些 有 没有 要 会 能 可以 "
-    "请 请问 哪 哪些 哪个 为什么 之 以 于 其 中 上 下 为 么 个".split()
+    "请 请问 哪 哪些 哪个 为什么 之 以 于 其 中 上 下 为 么 个 到 再 又 还 很 已 已经 得 地 过 吧 被"
 )
 
 _lock = threading.Lock()

@@ -1,0 +1,148 @@
+"""Recall for one user's query, wired to the services: manifests, light model, surfaced tracking.
+
+Why it reuses the caller's manifest: ``build_agent`` has already read the user's manifest for the
+MEMORY.md prompt; recall then costs the shared place's manifest (cached per pod for
+``SHARED_MANIFEST_TTL`` s), one light-model call, and one GET per chosen file (concurrent).
+Shared-place memories take part under the names ``shared/<file>`` (as the tools name them).
+
+Nothing here may fail the agent: every error is logged and the result is an empty block.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from dataclasses import dataclass
+
+from ..memdir import Manifest, MemoryDir
+from ..services import MemoryServices
+from .context import SHARED_PREFIX, load_recalled
+from .select import find_relevant_memories
+from .surfaced import SurfacedTracker
+
+log = logging.getLogger(__name__)
+
+SHARED_MANIFEST_TTL = 30.0
+_TRACKER_KEY = "_recall_surfaced_tracker"
+_SHARED_CACHE_KEY = "_recall_shared_manifests"
+
+
+@dataclass(frozen=True, slots=True)
+class RecallResult:
+    """What recall put into the context: the block and the files in it (in order)."""
+
+    text: str
+    files: tuple[str, ...]
+    chosen: tuple[str, ...]  # what selection returned (a file may then be unreadable or cut for space)
+
+
+EMPTY = RecallResult("", (), ())
+
+
+def surfaced_tracker(services: MemoryServices) -> SurfacedTracker:
+    """The services' surfaced-file tracker (Redis-backed when Redis is configured), made once."""
+    tracker = services.__dict__.get(_TRACKER_KEY)
+    if tracker is None:
+        cfg = services.config
+        tracker = SurfacedTracker(services.redis, key_prefix=cfg.redis.key_prefix,
+                                  ttl_seconds=cfg.session.ttl_seconds,
+                                  max_sessions=cfg.recall.surfaced_max_sessions,
+                                  retry_after_seconds=cfg.redis.retry_after_seconds)
+        tracker = services.__dict__.setdefault(_TRACKER_KEY, tracker)
+    return tracker
+
+
+def cached_shared_manifest(services: MemoryServices, shared: MemoryDir) -> Manifest:
+    """The shared place's manifest, cached per pod briefly (it changes rarely; every build needs it).
+
+    A store failure answers with the last known manifest (or an empty one) and a warning.
+    """
+    cache: dict[str, tuple[float, Manifest]] = services.__dict__.setdefault(_SHARED_CACHE_KEY, {})
+    now = time.monotonic()
+    hit = cache.get(shared.place.prefix)
+    if hit is not None and hit[0] > now:
+        return hit[1]
+    try:
+        manifest = shared.manifest()
+    except Exception as exc:  # a dead store must not stop the build
+        log.warning("recall: shared memory manifest unavailable (%s)", exc)
+        return hit[1] if hit else Manifest()
+    cache[shared.place.prefix] = (now + SHARED_MANIFEST_TTL, manifest)
+    return manifest
+
+
+def combined_manifest(own: Manifest, shared: Manifest | None) -> Manifest:
+    """The user's entries plus the shared place's under ``shared/<file>`` (the tools' names)."""
+    entries = {f: e for f, e in own.entries.items() if not f.startswith(SHARED_PREFIX)}
+    if shared is not None:
+        for file, entry in shared.entries.items():
+            name = SHARED_PREFIX + file
+            entries[name] = dataclasses.replace(entry, file=name)
+    return Manifest(entries=entries, updated_at=max(own.updated_at, shared.updated_at if shared else 0.0))
+
+
+def recall(
+    services: MemoryServices,
+    user_id: str,
+    agent_type: str,
+    query: str,
+    *,
+    session_id: str | None = None,
+    manifest: Manifest | None = None,
+) -> RecallResult:
+    """Choose, read and render the memories relevant to ``query``; marks them surfaced in the session.
+
+    Raises on store errors (``recall_for_query`` is the never-raising wrapper).
+    """
+    cfg = services.config.recall
+    if not cfg.enabled or not query or not query.strip():
+        return EMPTY
+    own = services.user_agent_dir(user_id, agent_type)
+    shared = services.shared_agent_dir(agent_type)
+    if manifest is None:
+        manifest = own.manifest()
+    combined = combined_manifest(manifest, cached_shared_manifest(services, shared))
+    if not combined.entries:
+        return EMPTY
+    tracker = surfaced_tracker(services) if session_id else None
+    surfaced = (tracker.surfaced(session_id, user_id=user_id, agent_type=agent_type)
+                if tracker is not None and session_id else frozenset())
+    model = services.light_model() if cfg.use_model else None
+    chosen = find_relevant_memories(query, combined, already_surfaced=surfaced, model=model,
+                                    max_files=cfg.max_files, timeout=cfg.model_timeout,
+                                    max_candidates=cfg.max_candidates)
+    if not chosen:
+        return EMPTY
+    text, rendered = load_recalled(own, chosen, config=cfg, shared=shared, entries=combined.entries)
+    files = tuple(r.file for r in rendered)
+    if tracker is not None and session_id and files:
+        tracker.mark(session_id, files, user_id=user_id, agent_type=agent_type)
+    log.debug("recall for %s/%s: chose %s, rendered %s", user_id, agent_type, chosen, files)
+    return RecallResult(text, files, tuple(chosen))
+
+
+def recall_for_query(
+    services: MemoryServices,
+    user_id: str,
+    agent_type: str,
+    query: str,
+    session_id: str | None = None,
+    manifest: Manifest | None = None,
+) -> str:
+    """The recalled-memories block for ``query`` ("" when nothing is relevant or anything fails).
+
+    ``manifest`` is the user's own manifest when the caller has already read it (saves a GET).
+    With ``session_id`` files surfaced earlier in the session are skipped, and the ones put in
+    now are remembered.
+    """
+    try:
+        return recall(services, user_id, agent_type, query, session_id=session_id, manifest=manifest).text
+    except Exception as exc:  # recall must never fail the agent
+        log.warning("recall for user %s failed (%s: %s); continuing without recalled memories",
+                    user_id, type(exc).__name__, exc)
+        return ""
+
+
+__all__ = ["RecallResult", "cached_shared_manifest", "combined_manifest", "recall", "recall_for_query",
+           "surfaced_tracker"]

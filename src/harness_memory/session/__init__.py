@@ -1,0 +1,67 @@
+"""Session memory: a hot buffer shared by pods, one-pod-at-a-time summaries, request injection.
+
+Wiring: ``make_session_post_hook(session_manager_for(services))`` in ``Agent(post_hooks=...)``;
+at request entry ``await inject_summary_for_session(manager, session_id, message)``.
+"""
+
+from .buffer import SessionBuffer
+from .cache import CachedSummary, SummaryCache
+from .extract import SummaryModel, extraction_due
+from .hooks import (
+    attach_session_hook,
+    attach_session_hooks,
+    make_session_post_hook,
+    make_session_summary_pre_hook,
+)
+from .inject import (
+    SUMMARY_HEADER,
+    inject_session_summary,
+    inject_summary_for_session,
+    inject_summary_for_session_sync,
+    strip_session_summary,
+)
+from .manager import ManagerStats, SessionMemoryManager, session_manager_for
+from .records import (
+    BufferedMessage,
+    CommitOutcome,
+    ExtractionResult,
+    ExtractStatus,
+    PendingBatch,
+    SessionInfo,
+    SessionState,
+)
+from .summary import PROMPT_MARKER as PROMPT_MARKER_FOR_TESTS
+from .summary import StoredSummary, SummaryDoc, SummaryRejected, parse_summary, render_summary
+
+__all__ = [
+    "PROMPT_MARKER_FOR_TESTS",
+    "SUMMARY_HEADER",
+    "BufferedMessage",
+    "CachedSummary",
+    "CommitOutcome",
+    "ExtractStatus",
+    "ExtractionResult",
+    "ManagerStats",
+    "PendingBatch",
+    "SessionBuffer",
+    "SessionInfo",
+    "SessionMemoryManager",
+    "SessionState",
+    "StoredSummary",
+    "SummaryCache",
+    "SummaryDoc",
+    "SummaryModel",
+    "SummaryRejected",
+    "attach_session_hook",
+    "attach_session_hooks",
+    "extraction_due",
+    "inject_session_summary",
+    "inject_summary_for_session",
+    "inject_summary_for_session_sync",
+    "make_session_post_hook",
+    "make_session_summary_pre_hook",
+    "parse_summary",
+    "render_summary",
+    "session_manager_for",
+    "strip_session_summary",
+]

@@ -1,0 +1,176 @@
+"""The Redis side of the session buffer: one list, one hash and one lock string per session.
+
+Keys (``P`` = ``redis.key_prefix``; the ``{id}`` braces are a Redis Cluster hash tag, so the
+three keys of a session live in one slot and MULTI / Lua may touch them together):
+
+* ``P session:{id}:messages`` — LIST of compact JSON messages (RPUSH; LTRIM to the cap).
+* ``P session:{id}:state`` — HASH of counters (see ``SessionState``).
+* ``P session:{id}:lock`` — STRING holding the extraction holder's random token (SET NX PX).
+
+Messages and state get ``session.ttl_seconds`` (3600 s) on every collect, so an idle session
+disappears from Redis an hour after its last message; the summary lives on in the object store.
+
+Why Lua for commit and release: after a summary is stored, the buffer must be trimmed to the
+last few summarised messages *plus everything that arrived while the model was writing*, and the
+counters recomputed — and only if the caller still holds the lock. Reading positions and
+trimming in one script makes that atomic on the server; no other pod can interleave.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+import redis
+
+from .records import BufferedMessage, CommitOutcome, PendingBatch, SessionState
+
+_RELEASE = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
+return 0
+"""
+
+# KEYS: messages, state, lock. ARGV: token, epoch, summarized, keep, version, now, ttl.
+_COMMIT = """
+if redis.call('get', KEYS[3]) ~= ARGV[1] then return -1 end
+if (redis.call('hget', KEYS[2], 'epoch') or '') ~= ARGV[2] then return -2 end
+local total = tonumber(redis.call('hget', KEYS[2], 'total') or '0')
+local len = redis.call('llen', KEYS[1])
+local first = total - len
+local s = math.min(tonumber(ARGV[3]), total)
+local from = math.max(first, s - tonumber(ARGV[4]))
+if from > first then redis.call('ltrim', KEYS[1], from - first, -1) end
+local tokens, calls = 0, 0
+local rest = redis.call('lrange', KEYS[1], math.max(0, s - from), -1)
+for _, raw in ipairs(rest) do
+  local ok, msg = pcall(cjson.decode, raw)
+  if ok and type(msg) == 'table' then
+    tokens = tokens + (tonumber(msg['t']) or 0)
+    calls = calls + (tonumber(msg['k']) or 0)
+  end
+end
+redis.call('hset', KEYS[2], 'summarized', s, 'tokens', tokens, 'tool_calls', calls,
+           'summary_version', ARGV[5], 'last_summary_at', ARGV[6], 'failures', 0, 'retry_at', 0,
+           'last_error', '')
+redis.call('hincrby', KEYS[2], 'summaries', 1)
+redis.call('expire', KEYS[1], tonumber(ARGV[7]))
+redis.call('expire', KEYS[2], tonumber(ARGV[7]))
+return 1
+"""
+
+
+class RedisBuffer:
+    """Session-buffer operations on one Redis; every method may raise ``redis.RedisError``."""
+
+    def __init__(self, client: redis.Redis, key_prefix: str = "hm:") -> None:
+        self.client = client
+        self.key_prefix = key_prefix
+        self._release = client.register_script(_RELEASE)
+        self._commit = client.register_script(_COMMIT)
+
+    # -- keys ---------------------------------------------------------------------------------
+    def _base(self, session_id: str) -> str:
+        return f"{self.key_prefix}session:{{{session_id}}}"
+
+    def messages_key(self, session_id: str) -> str:
+        return self._base(session_id) + ":messages"
+
+    def state_key(self, session_id: str) -> str:
+        return self._base(session_id) + ":state"
+
+    def lock_key(self, session_id: str) -> str:
+        return self._base(session_id) + ":lock"
+
+    def ping(self) -> bool:
+        return bool(self.client.ping())
+
+    # -- hot path -----------------------------------------------------------------------------
+    def collect(self, session_id: str, entries: Sequence[BufferedMessage], *, cap: int, ttl: int,
+                now: float) -> SessionState:
+        """RPUSH + LTRIM + counters + EXPIRE in one MULTI round trip; returns the new state."""
+        mkey, skey = self.messages_key(session_id), self.state_key(session_id)
+        tokens = sum(m.tokens for m in entries)
+        calls = sum(m.tool_calls for m in entries)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.rpush(mkey, *(m.to_json() for m in entries))
+        pipe.ltrim(mkey, -cap, -1)
+        pipe.hsetnx(skey, "epoch", uuid.uuid4().hex)
+        pipe.hincrby(skey, "total", len(entries))
+        pipe.hincrby(skey, "tokens", tokens)
+        pipe.hincrby(skey, "tool_calls", calls)
+        pipe.hincrby(skey, "turns", 1)
+        pipe.hset(skey, mapping={"last_turn_tool_calls": calls, "last_collect_at": repr(now)})
+        pipe.expire(mkey, ttl)
+        pipe.expire(skey, ttl)
+        pipe.hgetall(skey)
+        pipe.llen(mkey)
+        results = pipe.execute()
+        return SessionState.from_hash(results[-2], length=int(results[-1]))
+
+    def state(self, session_id: str) -> SessionState | None:
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hgetall(self.state_key(session_id))
+        pipe.llen(self.messages_key(session_id))
+        raw, length = pipe.execute()
+        return SessionState.from_hash(raw, length=int(length)) if raw else None
+
+    def summary_version(self, session_id: str) -> int | None:
+        raw = self.client.hget(self.state_key(session_id), "summary_version")
+        return int(raw) if raw is not None else None
+
+    def raise_summary_version(self, session_id: str, version: int) -> None:
+        """Record a summary made elsewhere (in-process during an outage) if it is newer."""
+        known = self.summary_version(session_id)
+        if known is not None and known < version:
+            self.client.hset(self.state_key(session_id), "summary_version", version)
+
+    def pending(self, session_id: str) -> PendingBatch | None:
+        state = self.state(session_id)
+        if state is None:
+            return None
+        first = state.total - state.length
+        start = max(first, state.summarized)
+        raw = self.client.lrange(self.messages_key(session_id), start - first, -1) if state.length else []
+        messages = [m for m in (BufferedMessage.from_json(r) for r in raw) if m is not None]
+        return PendingBatch(state, messages, start, dropped=max(0, first - state.summarized))
+
+    def entries(self, session_id: str) -> list[BufferedMessage]:
+        raw = self.client.lrange(self.messages_key(session_id), 0, -1)
+        return [m for m in (BufferedMessage.from_json(r) for r in raw) if m is not None]
+
+    # -- lock ---------------------------------------------------------------------------------
+    def acquire(self, session_id: str, token: str, ttl_ms: int) -> bool:
+        return bool(self.client.set(self.lock_key(session_id), token, nx=True, px=max(1, ttl_ms)))
+
+    def release(self, session_id: str, token: str) -> bool:
+        return bool(self._release(keys=[self.lock_key(session_id)], args=[token]))
+
+    def holds(self, session_id: str, token: str) -> bool:
+        raw = self.client.get(self.lock_key(session_id))
+        return raw is not None and raw.decode() == token
+
+    def lock_ttl_ms(self, session_id: str) -> int | None:
+        ttl = int(self.client.pttl(self.lock_key(session_id)))
+        return ttl if ttl >= 0 else None
+
+    # -- after a summary ----------------------------------------------------------------------
+    def commit(self, session_id: str, *, token: str, epoch: str, summarized: int, keep: int,
+               version: int, now: float, ttl: int) -> CommitOutcome:
+        keys = [self.messages_key(session_id), self.state_key(session_id), self.lock_key(session_id)]
+        code = int(self._commit(keys=keys, args=[token, epoch, summarized, keep, version, repr(now), ttl]))
+        if code == -1:
+            return CommitOutcome.LOCK_LOST
+        if code == -2:
+            return CommitOutcome.STATE_RESET
+        return CommitOutcome.DONE
+
+    def record_failure(self, session_id: str, *, error: str, retry_at: float, ttl: int) -> None:
+        skey = self.state_key(session_id)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hincrby(skey, "failures", 1)
+        pipe.hset(skey, mapping={"last_error": error[:500], "retry_at": repr(retry_at)})
+        pipe.expire(skey, ttl)
+        pipe.execute()
+
+    def clear(self, session_id: str) -> None:
+        self.client.delete(self.messages_key(session_id), self.state_key(session_id))

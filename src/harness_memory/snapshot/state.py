@@ -1,0 +1,381 @@
+"""Snapshot state of one user's place, and the actions: initialize, replace, mark synced.
+
+See the package docstring for the states. Writes go through the place's ``MemoryDir`` (the
+manifest commit under the place lock) and the object store (the file PUTs and
+``.snapshot-synced.json``); a per-place ``snapshot:`` lock serialises whole actions across pods.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import logging
+import threading
+import time
+import weakref
+from pathlib import Path
+from typing import Any
+
+from ..layout import INDEX_FILE, SNAPSHOT_SYNC_FILE
+from ..memdir import Manifest, ManifestEntry, MemoryDir
+from ..services import MemoryServices
+from ..storage.base import ObjectStore
+from .model import (
+    META_KEY,
+    Snapshot,
+    SnapshotError,
+    SnapshotFile,
+    SnapshotState,
+    SnapshotStatus,
+    SyncRecord,
+    iso_now,
+    load_snapshot,
+    parse_time,
+)
+
+log = logging.getLogger(__name__)
+
+NEGATIVE_TTL = 60.0  # seconds a missing .snapshot-synced.json is remembered per place
+
+
+# -- reading the place's state ---------------------------------------------------------------------
+# Per store (weakly held): place prefix -> monotonic time until which "no sync file" is trusted.
+_negative: weakref.WeakKeyDictionary[ObjectStore, dict[str, float]] = weakref.WeakKeyDictionary()
+_negative_lock = threading.Lock()
+
+
+def _negative_for(memdir: MemoryDir) -> dict[str, float]:
+    with _negative_lock:
+        table = _negative.get(memdir.store)
+        if table is None:
+            table = _negative[memdir.store] = {}
+        if len(table) > 10_000:
+            table.clear()
+        return table
+
+
+def _memdir(target: MemoryServices | MemoryDir, agent_type: str, user_id: str) -> MemoryDir:
+    return target.user_agent_dir(user_id, agent_type) if isinstance(target, MemoryServices) else target
+
+
+def _snapshots_dir(target: MemoryServices | MemoryDir, snapshots_dir: str | Path | None) -> Path:
+    if snapshots_dir is not None:
+        return Path(snapshots_dir)
+    if isinstance(target, MemoryServices):
+        return target.config.agent.snapshots_dir
+    raise ValueError("snapshots_dir is required when a MemoryDir is given")
+
+
+def read_sync_record(memdir: MemoryDir, manifest: Manifest) -> SyncRecord | None:
+    """The place's sync record: the manifest's mirror, else ``.snapshot-synced.json`` (one GET)."""
+    record = SyncRecord.from_json(manifest.meta.get(META_KEY))
+    if record is not None:
+        return record
+    negative = _negative_for(memdir)
+    if negative.get(memdir.place.prefix, 0.0) > time.monotonic():
+        return None
+    obj = memdir.store.get_or_none(memdir.place.reserved_key(SNAPSHOT_SYNC_FILE))
+    if obj is None:
+        negative[memdir.place.prefix] = time.monotonic() + NEGATIVE_TTL
+        return None
+    try:
+        return SyncRecord.from_json(json.loads(obj.data.decode("utf-8")))
+    except (ValueError, UnicodeDecodeError):
+        log.warning("%s in %s is damaged; treating the place as never synced", SNAPSHOT_SYNC_FILE,
+                    memdir.place.label)
+        return None
+
+
+def _place_is_empty(memdir: MemoryDir, manifest: Manifest) -> bool:
+    """No memory files. A place without a manifest is LISTed (hand-copied files have no index)."""
+    if manifest.entries:
+        return False
+    if manifest.updated_at > 0:
+        return True  # the index exists and is empty
+    prefix = memdir.place.prefix
+    for info in memdir.store.list(prefix):
+        rel = info.key[len(prefix):]
+        if rel.endswith(".md") and rel != INDEX_FILE and not any(p.startswith(".") for p in rel.split("/")):
+            return False
+    return True
+
+
+def _status(state: SnapshotState, snapshot: Snapshot | None, agent_type: str, user_id: str | None, reason: str,
+            record: SyncRecord | None = None, **extra: Any) -> SnapshotStatus:
+    return SnapshotStatus(
+        state=state, agent_type=agent_type, user_id=user_id, reason=reason,
+        snapshot_updated_at=snapshot.updated_at if snapshot else None,
+        synced_from=record.synced_from if record else None, synced_at=record.synced_at if record else None,
+        files=tuple(f.file for f in snapshot.files) if snapshot else (),
+        problems=snapshot.problems if snapshot else (), **extra)
+
+
+def _compute(memdir: MemoryDir, snapshot: Snapshot | None, agent_type: str, user_id: str | None,
+             manifest: Manifest) -> SnapshotStatus:
+    if snapshot is None:
+        return _status(SnapshotState.NONE, None, agent_type, user_id, f"no snapshot for agent type {agent_type!r}")
+    if snapshot.updated is None:
+        return _status(SnapshotState.NONE, snapshot, agent_type, user_id, "the snapshot's snapshot.json is invalid")
+    record = read_sync_record(memdir, manifest)
+    if record is None:
+        if _place_is_empty(memdir, manifest):
+            if not snapshot.files:
+                return _status(SnapshotState.NONE, snapshot, agent_type, user_id,
+                               "the snapshot has no valid memory files")
+            return _status(SnapshotState.INITIALIZE, snapshot, agent_type, user_id,
+                           "the user's memory is empty: copy the snapshot in")
+        return _status(SnapshotState.PROMPT_UPDATE, snapshot, agent_type, user_id,
+                       "the user has memories of their own and never synced with the snapshot")
+    synced = parse_time(record.synced_from)
+    if synced is None or snapshot.updated > synced:
+        return _status(SnapshotState.PROMPT_UPDATE, snapshot, agent_type, user_id,
+                       "the snapshot is newer than the version the user synced from", record)
+    return _status(SnapshotState.NONE, snapshot, agent_type, user_id, "already synced with the snapshot", record)
+
+
+def snapshot_state(
+    services_or_memdir: MemoryServices | MemoryDir,
+    snapshots_dir: str | Path | None,
+    agent_type: str,
+    user_id: str | None = None,
+    *,
+    manifest: Manifest | None = None,
+) -> SnapshotStatus:
+    """The state of the user's place against the snapshot (reads only; nothing is written).
+
+    ``manifest`` is the place's manifest when the caller has it (saves a GET). ``snapshots_dir``
+    defaults to ``agent.snapshots_dir`` when services are given.
+    """
+    memdir = _memdir(services_or_memdir, agent_type, user_id or "")
+    snapshot = load_snapshot(_snapshots_dir(services_or_memdir, snapshots_dir), agent_type,
+                             max_file_bytes=memdir.limits.max_file_bytes)
+    if manifest is None:
+        manifest = memdir.manifest()
+    return _compute(memdir, snapshot, agent_type, user_id, manifest)
+
+
+# -- actions ---------------------------------------------------------------------------------------
+_pool_lock = threading.Lock()
+_pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _io_pool() -> concurrent.futures.ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="hm-snapshot")
+        return _pool
+
+
+def _lock_name(memdir: MemoryDir) -> str:
+    return "snapshot:" + memdir.place.rel_dir
+
+
+def _require(snapshot: Snapshot | None, agent_type: str, folder: Path) -> Snapshot:
+    if snapshot is None:
+        raise SnapshotError(f"there is no snapshot for agent type {agent_type!r} in {folder}")
+    if snapshot.updated is None or snapshot.updated_at is None:
+        detail = "; ".join(f"{p.file}: {p.message}" for p in snapshot.problems)
+        raise SnapshotError(f"the snapshot in {snapshot.path} has an invalid snapshot.json ({detail})")
+    return snapshot
+
+
+def _write_files(memdir: MemoryDir, snapshot: Snapshot, existing: set[str]
+                 ) -> tuple[list[ManifestEntry], dict[str, bytes | None]]:
+    """PUT every snapshot file (concurrently). Returns their index entries (not yet committed) and,
+    for rollback, the previous bytes of each key written (None: the key was new)."""
+    files = list(snapshot.files)
+    limit = memdir.limits.max_files_per_place
+    if len(files) > limit:
+        log.warning("snapshot %s has %d files; only the first %d fit in a place", snapshot.path, len(files), limit)
+        files = files[:limit]
+    for f in files:
+        memdir.check_content(f.content)  # this place's limits, exactly as save() checks, before any write
+    now = time.time()
+    previous: dict[str, bytes | None] = {}
+
+    def put(f: SnapshotFile) -> ManifestEntry:
+        key = memdir.place.key(f.file)
+        prior = memdir.store.get_or_none(key) if f.file in existing else None
+        previous[key] = prior.data if prior is not None else None
+        data = f.content.encode("utf-8")
+        memdir.store.put(key, data, content_type="text/markdown; charset=utf-8")
+        return ManifestEntry.from_memory(f.file, f.memory, len(data), now=now)
+
+    try:
+        return list(_io_pool().map(put, files)), previous
+    except Exception:
+        _rollback(memdir, previous)
+        raise
+
+
+def _rollback(memdir: MemoryDir, previous: dict[str, bytes | None]) -> None:
+    """Best effort: put back what the keys held before (or remove keys that were new)."""
+    for key, data in previous.items():
+        try:
+            if data is None:
+                memdir.store.delete(key)
+            else:
+                memdir.store.put(key, data, content_type="text/markdown; charset=utf-8")
+        except Exception as exc:  # the original error matters more
+            log.warning("snapshot rollback of %s failed (%s)", key, exc)
+
+
+def _copy_in(memdir: MemoryDir, snapshot: Snapshot, existing: set[str], *, replace: bool
+             ) -> tuple[list[ManifestEntry], SyncRecord, Manifest]:
+    """PUT the files, then ONE index commit with their entries and the sync record; undo the PUTs
+    if the commit fails, so the place is either fully initialised or unchanged."""
+    assert snapshot.updated_at is not None
+    entries, previous = _write_files(memdir, snapshot, existing)
+    record = SyncRecord(snapshot.updated_at, iso_now())
+    try:
+        manifest = _commit(memdir, entries, record, replace=replace)
+    except Exception:
+        _rollback(memdir, previous)
+        raise
+    return entries, record, manifest
+
+
+def _commit(memdir: MemoryDir, entries: list[ManifestEntry], record: SyncRecord, *, replace: bool) -> Manifest:
+    """One manifest commit: the snapshot's entries (all of them, or none) plus the sync record."""
+
+    def mutate(m: Manifest) -> None:
+        if replace:
+            m.entries.clear()
+        for entry in entries:
+            prior = m.entries.get(entry.file)
+            if prior is not None:
+                entry.created_at = prior.created_at
+            m.entries[entry.file] = entry
+        m.meta[META_KEY] = record.to_json()
+
+    return memdir.update_meta(mutate)
+
+
+def _write_record(memdir: MemoryDir, record: SyncRecord) -> None:
+    data = json.dumps(record.to_json(), ensure_ascii=False).encode("utf-8")
+    memdir.store.put(memdir.place.reserved_key(SNAPSHOT_SYNC_FILE), data, content_type="application/json")
+    _negative_for(memdir).pop(memdir.place.prefix, None)
+
+
+def _local_memory_files(memdir: MemoryDir, manifest: Manifest) -> set[str]:
+    """Every memory file of the place: the index's entries plus any file LIST finds (orphans too)."""
+    files = set(manifest.entries)
+    prefix = memdir.place.prefix
+    for info in memdir.store.list(prefix):
+        rel = info.key[len(prefix):]
+        if rel.endswith(".md") and rel != INDEX_FILE and not any(p.startswith(".") for p in rel.split("/")):
+            files.add(rel)
+    return files
+
+
+def initialize_from_snapshot(
+    services_or_memdir: MemoryServices | MemoryDir,
+    snapshots_dir: str | Path | None,
+    agent_type: str,
+    user_id: str | None = None,
+) -> SnapshotStatus:
+    """Copy the snapshot into the user's place if (re-checked under the lock) it is still empty and
+    unsynced. Returns the resulting status; ``applied`` says whether this call did the copy."""
+    memdir = _memdir(services_or_memdir, agent_type, user_id or "")
+    folder = _snapshots_dir(services_or_memdir, snapshots_dir)
+    snapshot = load_snapshot(folder, agent_type, max_file_bytes=memdir.limits.max_file_bytes)
+    with memdir.locker.hold(_lock_name(memdir)):
+        status = _compute(memdir, snapshot, agent_type, user_id, memdir.manifest())
+        if status.state is not SnapshotState.INITIALIZE or snapshot is None or snapshot.updated_at is None:
+            return status  # another pod initialised it meanwhile, or nothing to do
+        entries, record, manifest = _copy_in(memdir, snapshot, set(), replace=False)
+        _write_record(memdir, record)
+    log.info("initialised %s from snapshot %s (%d files)", memdir.place.label, snapshot.path, len(entries))
+    return _status(SnapshotState.NONE, snapshot, agent_type, user_id,
+                   f"copied {len(entries)} snapshot memories into the user's empty memory", record,
+                   applied=True, manifest=manifest)
+
+
+def replace_from_snapshot(
+    services_or_memdir: MemoryServices | MemoryDir,
+    snapshots_dir: str | Path | None,
+    agent_type: str,
+    user_id: str | None = None,
+) -> SnapshotStatus:
+    """Remove the user's memory files, copy the snapshot in and mark the place synced.
+
+    Order (so a crash never leaves a half index): PUT the snapshot files, commit the index with
+    exactly the snapshot's entries and the sync record, then delete the old files not in the
+    snapshot. Raises ``SnapshotError`` when there is no valid snapshot.
+    """
+    memdir = _memdir(services_or_memdir, agent_type, user_id or "")
+    folder = _snapshots_dir(services_or_memdir, snapshots_dir)
+    snapshot = _require(load_snapshot(folder, agent_type, max_file_bytes=memdir.limits.max_file_bytes),
+                        agent_type, folder)
+    assert snapshot.updated_at is not None
+    with memdir.locker.hold(_lock_name(memdir)):
+        old = _local_memory_files(memdir, memdir.manifest())
+        entries, record, manifest = _copy_in(memdir, snapshot, old, replace=True)
+        stale = sorted(old - {e.file for e in entries})
+        failures = memdir.store.delete_many([memdir.place.key(f) for f in stale])
+        for failure in failures:
+            log.warning("replace_from_snapshot: could not delete %s (%s)", failure.key, failure.message)
+        _write_record(memdir, record)
+    return _status(SnapshotState.NONE, snapshot, agent_type, user_id,
+                   f"replaced {len(stale)} local memories with {len(entries)} snapshot memories", record,
+                   applied=True, manifest=manifest)
+
+
+def mark_snapshot_synced(
+    services_or_memdir: MemoryServices | MemoryDir,
+    snapshots_dir: str | Path | None,
+    agent_type: str,
+    user_id: str | None = None,
+) -> SnapshotStatus:
+    """Keep the user's memories and record the current snapshot as synced (dismiss the update)."""
+    memdir = _memdir(services_or_memdir, agent_type, user_id or "")
+    folder = _snapshots_dir(services_or_memdir, snapshots_dir)
+    snapshot = _require(load_snapshot(folder, agent_type, max_file_bytes=memdir.limits.max_file_bytes),
+                        agent_type, folder)
+    assert snapshot.updated_at is not None
+    record = SyncRecord(snapshot.updated_at, iso_now())
+    manifest = memdir.update_meta(lambda m: m.meta.__setitem__(META_KEY, record.to_json()))
+    _write_record(memdir, record)
+    return _status(SnapshotState.NONE, snapshot, agent_type, user_id, "marked as synced with the snapshot",
+                   record, applied=True, manifest=manifest)
+
+
+def apply_snapshot_on_build(
+    services: MemoryServices,
+    user_id: str,
+    agent_type: str,
+    manifest: Manifest | None = None,
+) -> str | None:
+    """Called by ``build_agent``: initialise an empty place from the snapshot, or return the prompt
+    note when an update is available (else None). Never raises.
+
+    ``manifest`` is the user's manifest the build already read; when the snapshot is copied in it
+    is updated IN PLACE (entries, meta), so the MEMORY.md prompt rendered from it afterwards lists
+    the new files without another GET.
+    """
+    try:
+        status = snapshot_state(services, None, agent_type, user_id, manifest=manifest)
+        if manifest is not None and status.synced_from is not None and META_KEY not in manifest.meta:
+            _heal_mirror(services.user_agent_dir(user_id, agent_type), status, manifest)
+        if status.state is SnapshotState.INITIALIZE:
+            status = initialize_from_snapshot(services, None, agent_type, user_id)
+            if status.manifest is not None and manifest is not None:
+                manifest.entries = dict(status.manifest.entries)
+                manifest.meta = dict(status.manifest.meta)
+                manifest.updated_at = status.manifest.updated_at
+        return status.prompt_note()
+    except Exception as exc:  # the build must go on without the snapshot
+        log.warning("snapshot for user %s / %s skipped (%s: %s)", user_id, agent_type, type(exc).__name__, exc)
+        return None
+
+
+def _heal_mirror(memdir: MemoryDir, status: SnapshotStatus, manifest: Manifest) -> None:
+    """The sync record came from ``.snapshot-synced.json`` only (a hand-synced or older place): copy
+    it into the manifest's meta once, so later builds need no extra GET. Best effort."""
+    record = SyncRecord(status.synced_from or "", status.synced_at or "").to_json()
+    try:
+        memdir.update_meta(lambda m: m.meta.setdefault(META_KEY, record))
+        manifest.meta[META_KEY] = record
+    except Exception as exc:  # the next build tries again
+        log.info("could not mirror the snapshot sync record of %s (%s)", memdir.place.label, exc)
