@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -131,3 +132,54 @@ def test_deepcopy_shares_clients(tools: MemoryTools) -> None:
     import copy
 
     assert copy.deepcopy(tools) is tools
+
+
+def test_store_outage_mid_writes_gives_clear_errors_and_a_whole_index(seaweedfs: Any, cos_bucket: str) -> None:
+    """The object store goes away while saves are running; afterwards the index is whole."""
+    import threading
+
+    from harness_memory.memdir import parse_index, parse_memory
+    from harness_memory.storage import CosStore
+    from tests.conftest import cos_test_settings
+    from tests.tcpproxy import TcpProxy
+
+    proxy = TcpProxy(seaweedfs.s3_port).start()
+    settings = cos_test_settings(seaweedfs, cos_bucket)
+    settings["cos_domain"] = f"127.0.0.1:{proxy.port}/{cos_bucket}"
+    settings["cos_timeout"] = 2.0
+    store = CosStore(**settings)
+    tools = MemoryTools(MemoryDir(store, Place.user_agent("u1")))
+    outcomes: list[tuple[str, str]] = []
+    started = threading.Event()
+
+    def writer(w: int) -> None:
+        for i in range(40):
+            name = f"w{w}_{i:02d}.md"
+            outcomes.append((name, tools.save_file(name, GOOD.replace("user role", f"m{w}-{i}"))))
+            if i == 3:
+                started.set()
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    started.wait(20)
+    proxy.cut()
+    for t in threads:
+        t.join(60)
+    results = [r for _, r in outcomes]
+    errors = [r for r in results if r.startswith("Error:")]
+    assert errors and all("unreachable" in e or "failed" in e for e in errors), errors[:3]
+    assert all(r.startswith(("Created", "Error:")) for r in results)
+    assert tools.list_files().startswith("Error: the memory store is unreachable")
+
+    proxy.restore()
+    memdir = MemoryDir(store, Place.user_agent("u1"))
+    manifest = memdir.manifest()
+    index = [f for _, f, _ in parse_index(store.get(memdir.index_key).data.decode())]
+    created = {name for name, r in outcomes if r.startswith("Created")}
+    assert created and created <= set(manifest.entries)  # every save reported as done is in the index
+    for file in manifest.entries:  # and every index entry is a whole, parseable file
+        parse_memory(memdir.read(file).text)
+    assert set(index) <= set(manifest.entries)
+    store.close()
+    proxy.cut()
