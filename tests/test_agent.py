@@ -239,3 +239,34 @@ def test_build_agent_initialises_snapshot_and_recalls_for_the_query(
     store = services_for(cfg).store
     assert store.exists("memory/users/newbie/agent-memory/default/deploy.md")
     assert store.exists("memory/users/newbie/agent-memory/default/.snapshot-synced.json")
+
+
+def test_build_agent_injects_auto_memory_and_captures_runs(make_config: Callable[..., MemoryConfig],
+                                                             llm_server: ScriptedLLM) -> None:
+    import datetime as dt
+
+    from harness_memory.auto import auto_memory_for
+
+    cfg = make_config(backend="local", model={"model": "fake-model", "base_url": llm_server.base_url},
+                      session={"enabled": False}, auto={"debounce_seconds": 0.1, "max_wait_seconds": 2})
+    auto = auto_memory_for(services_for(cfg))
+    auto.add_fact("u-auto", "Writes reports in Chinese", "preference", 0.95)
+    auto.add_fact("u-auto", "Use pnpm, not npm", "correction", 1.0, source_error="used npm")
+
+    def answer(request: Any) -> Any:
+        if (request.body or {}).get("response_format") == {"type": "json_object"}:
+            return text('{"newFacts": [{"content": "Works on the billing service", "category": "context", '
+                        '"confidence": 0.9}]}')
+        return text("ok")
+
+    llm_server.set_handler(answer)
+    build_agent("u-auto", session_id="s1", config=cfg).run("I work on the billing service")
+    system = system_text(llm_server.chat_requests[0])
+    assert "Writes reports in Chinese" in system and "(avoid: used npm)" in system
+    assert f"<current_date>{dt.date.today().isoformat()}</current_date>" in system
+    assert auto.flush(10)
+    assert "Works on the billing service" in [f.content for f in auto.list_facts("u-auto")]
+    llm_server.clear()
+    llm_server.set_handler(answer)
+    build_agent("u-other", session_id="s2", config=cfg).run("hello")
+    assert "Writes reports in Chinese" not in system_text(llm_server.chat_requests[0])

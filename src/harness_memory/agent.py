@@ -21,6 +21,7 @@ from agno.models.base import Model
 from agno.tools import Toolkit
 from agno.tools.function import Function
 
+from .auto import attach_auto_memory
 from .config import MemoryConfig
 from .llm import ModelNotConfigured, make_agent_model
 from .memdir import CappedText, Manifest, MemoryDir
@@ -149,6 +150,10 @@ def _wire(agent: Agent, services: MemoryServices, user_id: str, agent_type: str,
                                                 skip_first_query=query), *(agent.pre_hooks or [])]
     if cfg.session.enabled:
         attach_session_hooks(agent, session_manager_for(services))
+    if cfg.auto.enabled:
+        # The reminder block (profile, facts by confidence, corrections, <current_date>) within the
+        # token budget, plus the capture post-hook feeding the debounced background updater.
+        attach_auto_memory(agent, services, user_id, agent_type)
     warn_if_context_dropped(agent)
     return agent
 

@@ -79,6 +79,9 @@ class MemoryServices:
         if self._closed:
             return
         self._closed = True
+        auto = self.__dict__.get("_auto_memory")
+        if auto is not None:  # flush pending auto-memory updates while the store still answers
+            auto.close()
         self.store.close()
         light = self.__dict__.get("_light")
         if light is not None:

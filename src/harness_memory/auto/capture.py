@@ -17,6 +17,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from ..tokens import estimate_tokens
 from .model import CapturedMessage, Signals
 
 MAX_CAPTURE_CHARS = 8000
@@ -114,7 +115,8 @@ def capture_messages(messages: Iterable[Any], run_id: str | None = None) -> list
             text = text[:MAX_CAPTURE_CHARS] + " …[cut]"
         created = _get(msg, "created_at")
         out.append(CapturedMessage(role=role, text=text, key=CapturedMessage.make_key(run_id, role, text, index),
-                                   created_at=float(created) if isinstance(created, int | float) else 0.0))
+                                   created_at=float(created) if isinstance(created, int | float) else 0.0,
+                                   tokens=estimate_tokens(text) if role == "user" else 0))
     return out
 
 

@@ -21,6 +21,8 @@ MAX_FACT_CHARS = 400
 MAX_SOURCE_ERROR_CHARS = 300
 #: Longest profile section summary (a few sentences; the injection budget is shared).
 MAX_SECTION_CHARS = 800
+#: Longest profile section a person may set by hand (the API); the injection budget still applies.
+MAX_MANUAL_SECTION_CHARS = 4000
 
 
 class Category(StrEnum):
@@ -158,6 +160,9 @@ class CapturedMessage:
     text: str
     key: str
     created_at: float = 0.0
+    #: Estimated tokens of a user message (the CJK-aware character estimate, cheap enough for the
+    #: hook); 0 for assistant replies, which no queue rule looks at.
+    tokens: int = 0
 
     @staticmethod
     def make_key(run_id: str | None, role: str, text: str, index: int) -> str:
@@ -201,11 +206,18 @@ class Batch:
     last_at: float
     attempts: int = 0
     not_before: float = 0.0
+    #: Estimated tokens of the user messages (a batch that grows too big is extracted at once).
+    user_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        self.user_tokens = sum(m.tokens for m in self.messages if m.role == "user")
 
     def extend(self, messages: list[CapturedMessage], signals: Signals, now: float) -> None:
         """Merge a newer capture: messages appended (duplicates by key dropped), flags OR-ed."""
         seen = {m.key for m in self.messages}
-        self.messages.extend(m for m in messages if m.key not in seen)
+        fresh = [m for m in messages if m.key not in seen]
+        self.messages.extend(fresh)
+        self.user_tokens += sum(m.tokens for m in fresh if m.role == "user")
         self.signals = self.signals.merge(signals)
         self.last_at = max(self.last_at, now)
 
@@ -216,6 +228,15 @@ _PUNCT_OR_SPACE = re.compile(r"[\s\W_]+", re.UNICODE)
 def normalize_text(text: str) -> str:
     """Key for near-duplicate detection: NFKC, case-folded, spaces and punctuation removed."""
     return _PUNCT_OR_SPACE.sub("", unicodedata.normalize("NFKC", text).casefold())
+
+
+_SECTION_HEADING = re.compile(r"^##(?=\s)", re.MULTILINE)
+
+
+def clean_section(text: str) -> str:
+    """A profile section's text, safe inside ``profile.md``: a ``## `` line in it would read back
+    as the start of another section, so it is demoted to ``### ``."""
+    return _SECTION_HEADING.sub("###", text.strip())
 
 
 def one_line(text: str, limit: int) -> str:

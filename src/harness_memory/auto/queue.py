@@ -4,7 +4,13 @@ Why debounce: extracting after every turn would cost one model call per turn and
 same context; waiting until the conversation goes quiet (``debounce_seconds`` after the last
 message) batches a burst of turns into one call. Why a maximum wait: steady traffic would
 otherwise postpone the update forever, so a batch is due at
-``min(last + debounce, first + max_wait)`` at the latest.
+``min(last + debounce, first + max_wait)`` at the latest. Why a minimum interval: at a human
+pace (a reply every 30-90 s) the 30 s debounce would fire after almost every turn — one model call
+per turn. So after a session's first extraction the next one is not due before
+``previous + min_interval_seconds`` (this wins over ``max_wait``); the first extraction of a session
+is never held back, and a batch of ``batch_max_messages`` messages or ``batch_max_user_tokens``
+tokens of user text (half the extraction's conversation budget) is due at once, so nothing the
+user said has to be cut from the extraction prompt.
 
 Bounded depth (``queue_max`` pending batches): a new capture for a key already pending merges
 into it (no growth; flags OR-ed). A capture for a NEW key when the queue is full evicts the
@@ -34,8 +40,10 @@ log = logging.getLogger(__name__)
 class QueuePolicy:
     debounce_seconds: float = 30.0
     max_wait_seconds: float = 300.0
+    min_interval_seconds: float = 0.0
     queue_max: int = 1000
     batch_max_messages: int = 200
+    batch_max_user_tokens: int = 4000
     max_attempts: int = 3
     retry_delay_seconds: float = 30.0
 
@@ -60,16 +68,20 @@ class DebounceQueue:
         self.pending: dict[QueueKey, Batch] = {}
         self.ready: deque[Batch] = deque()
         self.stats = QueueStats()
+        #: When each key's last batch was taken for processing (for ``min_interval_seconds``).
+        self.last_taken: dict[QueueKey, float] = {}
 
     def __len__(self) -> int:
         return len(self.pending) + len(self.ready)
 
     def due_at(self, batch: Batch) -> float:
         p = self.policy
-        if len(batch.messages) >= p.batch_max_messages:
-            due = batch.first_at
-        else:
-            due = min(batch.last_at + p.debounce_seconds, batch.first_at + p.max_wait_seconds)
+        if len(batch.messages) >= p.batch_max_messages or batch.user_tokens >= p.batch_max_user_tokens:
+            return max(batch.first_at, batch.not_before)
+        due = min(batch.last_at + p.debounce_seconds, batch.first_at + p.max_wait_seconds)
+        previous = self.last_taken.get(batch.key)
+        if previous is not None:
+            due = max(due, previous + p.min_interval_seconds)
         return max(due, batch.not_before)
 
     def add(self, key: QueueKey, messages: list[CapturedMessage], signals: Signals, now: float) -> None:
@@ -110,6 +122,7 @@ class DebounceQueue:
         for i, batch in enumerate(self.ready):
             if batch.key not in busy:
                 del self.ready[i]
+                self._taken(batch.key, now)
                 return batch
         best: Batch | None = None
         best_due = 0.0
@@ -121,7 +134,15 @@ class DebounceQueue:
                 best, best_due = batch, due
         if best is not None:
             del self.pending[best.key]
+            self._taken(best.key, now)
         return best
+
+    def _taken(self, key: QueueKey, now: float) -> None:
+        self.last_taken[key] = now
+        if len(self.last_taken) > 2 * self.policy.queue_max:  # forget keys whose interval has passed
+            horizon = now - self.policy.min_interval_seconds
+            for old in [k for k, t in self.last_taken.items() if t < horizon]:
+                del self.last_taken[old]
 
     def next_due(self, busy: set[QueueKey]) -> float | None:
         if any(b.key not in busy for b in self.ready):
@@ -203,6 +224,8 @@ class QueueWorker:
             self.run_due(force=True)
             return self.pending_count() == 0
         with self._cond:
+            if not (len(self.queue) or self._busy):
+                return True
             self._force += 1
             self._ensure_threads()
             self._cond.notify_all()

@@ -1,0 +1,322 @@
+"""``AutoMemory``: the post-hook, the background queue, injection and the fact API, per services.
+
+Why one object per ``MemoryServices``: the queue and its worker threads must be shared by every
+agent built in the process (an app builds one agent per request), and so must the light-model
+client. ``auto_memory_for(services)`` returns that one object.
+
+Write path: post-hook (capture + enqueue, microseconds) → debounced queue → worker thread →
+``Updater`` (one model call) → ``apply`` under the place lock. Read path: ``render_injection``
+reads the user's and the shared auto place's manifests and renders the reminder block.
+"""
+
+from __future__ import annotations
+
+import atexit
+import datetime as dt
+import logging
+import re
+import threading
+import time
+import uuid
+import weakref
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import HarnessMemoryError, InvalidName
+from ..layout import validate_id
+from ..llm import LightModel
+from ..services import MemoryServices
+from .apply import ApplyReport, NewFact, prepare_fact, trim_facts, upsert_fact
+from .capture import capture_messages, capture_run, detect_signals
+from .inject import INTRO, render_injection_block
+from .model import (
+    MAX_FACT_CHARS,
+    MAX_MANUAL_SECTION_CHARS,
+    MAX_SOURCE_ERROR_CHARS,
+    Batch,
+    CapturedMessage,
+    Category,
+    Fact,
+    Profile,
+    ProfileKey,
+    QueueKey,
+    clean_section,
+)
+from .queue import QueuePolicy, QueueStats, QueueWorker
+from .store import AutoPlace, AutoView
+from .updater import Updater, UpdateResult, UpdateStatus
+
+log = logging.getLogger(__name__)
+
+_SKIP_STATUSES = {"error", "cancelled", "ERROR", "CANCELLED"}
+HOOK_NAME = "auto_memory_post_hook"
+
+
+class FactNotFound(HarnessMemoryError, LookupError):
+    """No fact with that id in the place."""
+
+
+class AutoMemory:
+    """Auto memory for one ``MemoryServices``. Thread-safe; cheap to call from hooks."""
+
+    def __init__(self, services: MemoryServices, *, clock: Callable[[], float] = time.monotonic,
+                 start_worker: bool = True, today: Callable[[], dt.date] = dt.date.today) -> None:
+        self.services = services
+        self.config = services.config.auto
+        self._today = today
+        cfg = self.config
+        policy = QueuePolicy(debounce_seconds=cfg.debounce_seconds, max_wait_seconds=cfg.max_wait_seconds,
+                             min_interval_seconds=cfg.min_interval_seconds,
+                             queue_max=cfg.queue_max, batch_max_messages=cfg.batch_max_messages,
+                             batch_max_user_tokens=cfg.max_conversation_tokens // 2,
+                             max_attempts=cfg.max_attempts, retry_delay_seconds=max(cfg.debounce_seconds, 1.0))
+        self.updater = Updater(self._light_model, cfg, today=today)
+        self.worker = QueueWorker(self._process, policy, workers=cfg.workers, clock=clock,
+                                  start_threads=start_worker)
+        #: The last update results (tests, benchmarks, the control plane's debug view).
+        self.results: deque[UpdateResult] = deque(maxlen=100)
+        self._model_lock = threading.Lock()
+        self._closed = False
+        self._warned_no_model = False
+        ref = weakref.ref(self)
+        atexit.register(_close_at_exit, ref)
+
+    # -- write path -----------------------------------------------------------------------------
+    def make_post_hook(self, agent_type: str = "default") -> Callable[..., None]:
+        """A plain sync function for ``Agent(post_hooks=[...])`` (works under run() and arun()).
+
+        It only captures and enqueues — never waits for the store or a model — and never raises.
+        """
+        validate_id(agent_type, "agent type")
+
+        def auto_memory_post_hook(run_output: Any, agent: Any = None, session: Any = None,
+                                  run_context: Any = None, user_id: str | None = None) -> None:
+            try:
+                self._capture_hook(agent_type, run_output, agent, session, run_context, user_id)
+            except Exception:  # a memory failure must never fail the user's run
+                log.exception("auto-memory capture failed")
+
+        return auto_memory_post_hook
+
+    def capture(self, user_id: str, session_id: str, messages: list[Any], *, agent_type: str = "default",
+                run_id: str | None = None) -> int:
+        """Queue messages (agno ``Message`` objects or ``{"role", "content"}`` dicts) of one run
+        for a non-agno caller; returns how many were kept. Pass the same ``run_id`` when the same
+        run may be delivered again, so the watermark recognises it (default: a new id)."""
+        kept = capture_messages(messages, run_id or uuid.uuid4().hex)
+        self._submit(user_id, agent_type, session_id, kept)
+        return len(kept)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Run every pending update now and wait for them (scripts, tests, shutdown)."""
+        return self.worker.flush(timeout)
+
+    def run_due(self, now: float | None = None) -> int:
+        """Process due updates in this thread (manual mode: ``start_worker=False``)."""
+        return self.worker.run_due(now)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush (bounded) and stop the worker threads. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self.worker.close(self.config.shutdown_flush_seconds if timeout is None else timeout)
+
+    @property
+    def stats(self) -> QueueStats:
+        return self.worker.stats
+
+    # -- read path ------------------------------------------------------------------------------
+    def render_injection(self, user_id: str | None) -> str:
+        """The reminder block for ``user_id``'s agent ('' when nothing is stored or on error).
+
+        Reads the user's auto place and the shared (project) auto place: one GET each."""
+        if not self.config.enabled:
+            return ""
+        user_view: AutoView | None = None
+        shared_view: AutoView | None = None
+        try:
+            if user_id:
+                user_view = AutoPlace(self.services.user_auto_dir(user_id)).read()
+        except InvalidName:
+            raise
+        except Exception as exc:
+            log.warning("auto memory of user %s unavailable (%s); not injected", user_id, exc)
+        try:
+            shared_view = AutoPlace(self.services.shared_auto_dir()).read()
+        except Exception as exc:
+            log.warning("shared auto memory unavailable (%s); not injected", exc)
+        return render_injection_block(user_view, shared_view, max_tokens=self.config.max_injection_tokens,
+                                      correction_share=self.config.correction_share, today=self._today())
+
+    # -- fact API (control plane) ---------------------------------------------------------------------
+    def list_facts(self, user_id: str | None, *, shared: bool = False) -> list[Fact]:
+        """Facts of the user's (or the shared) auto place, most confident first."""
+        view = self._place(user_id, shared).read()
+        return sorted(view.facts.values(), key=lambda f: (-f.confidence, f.id))
+
+    def get_profile(self, user_id: str | None, *, shared: bool = False) -> Profile:
+        return self._place(user_id, shared).read().profile
+
+    def set_profile(self, user_id: str | None, profile: Profile, *, shared: bool = False) -> Profile:
+        """Replace the profile (a person's edit: the next model update builds on it).
+        Raises ValueError for a section longer than ``MAX_MANUAL_SECTION_CHARS``."""
+        sections = {ProfileKey(k): clean_section(v) for k, v in profile.sections.items()
+                    if isinstance(v, str) and v.strip()}
+        for key, text in sections.items():
+            if len(text) > MAX_MANUAL_SECTION_CHARS:
+                raise ValueError(f"profile section {key.value} is longer than {MAX_MANUAL_SECTION_CHARS} characters")
+        with self._place(user_id, shared).transaction() as txn:
+            txn.set_profile(Profile(sections))
+        return txn.view.profile
+
+    def add_fact(self, user_id: str | None, content: str, category: str | Category = Category.CONTEXT,
+                 confidence: float = 1.0, *, source_error: str | None = None, shared: bool = False) -> Fact:
+        """Add a fact by hand ("business trip next week"). A near-duplicate is refreshed instead.
+        Raises ValueError for empty/too long content, unknown category or confidence outside [0, 1]."""
+        fact = _checked(content, category, confidence, source_error)
+        with self._place(user_id, shared).transaction() as txn:
+            stored = upsert_fact(txn, fact, "manual", ApplyReport())
+            stored.source = "manual"
+            txn.put_fact(stored)
+            trim_facts(txn, self.config.max_facts)
+        return stored
+
+    def update_fact(self, user_id: str | None, fact_id: str, *, content: str | None = None,
+                    category: str | Category | None = None, confidence: float | None = None,
+                    source_error: str | None = None, shared: bool = False) -> Fact:
+        """Edit a fact (only the given fields); it becomes a manual fact. Raises FactNotFound."""
+        with self._place(user_id, shared).transaction() as txn:
+            fact = txn.view.facts.get(fact_id)
+            if fact is None:
+                raise FactNotFound(f"no fact {fact_id!r}")
+            checked = _checked(content if content is not None else fact.content,
+                               category if category is not None else fact.category,
+                               confidence if confidence is not None else fact.confidence,
+                               source_error if source_error is not None else fact.source_error)
+            fact.content, fact.category = checked.content, checked.category
+            fact.confidence = checked.confidence if checked.confidence is not None else fact.confidence
+            fact.source_error, fact.source = checked.source_error, "manual"
+            txn.put_fact(fact)
+        return fact
+
+    def delete_fact(self, user_id: str | None, fact_id: str, *, shared: bool = False) -> bool:
+        """Remove a fact; False when there is none with that id."""
+        with self._place(user_id, shared).transaction() as txn:
+            return txn.delete_fact(fact_id)
+
+    # -- internals --------------------------------------------------------------------------------
+    def _place(self, user_id: str | None, shared: bool) -> AutoPlace:
+        if shared:
+            return AutoPlace(self.services.shared_auto_dir())
+        if not user_id:
+            raise InvalidName("user id is required for a user's auto memory (or pass shared=True)")
+        return AutoPlace(self.services.user_auto_dir(user_id))
+
+    def _light_model(self) -> LightModel | None:
+        """The extraction model: ``auto.model`` on the light model's server, else the light model."""
+        if not self.config.model:
+            return self.services.light_model()
+        with self._model_lock:
+            if "_auto_model" not in self.__dict__:
+                cfg = self.services.config.model.model_copy(update={"light_model": self.config.model})
+                self.__dict__["_auto_model"] = LightModel.from_config(cfg)
+            return self.__dict__["_auto_model"]
+
+    def _capture_hook(self, agent_type: str, run_output: Any, agent: Any, session: Any, run_context: Any,
+                      user_id: str | None) -> None:
+        if not self.config.enabled or run_output is None:
+            return
+        status = getattr(run_output, "status", None)
+        if str(getattr(status, "value", status)) in _SKIP_STATUSES:
+            return
+        uid = (getattr(run_output, "user_id", None) or user_id or getattr(run_context, "user_id", None)
+               or getattr(agent, "user_id", None))
+        sid = (getattr(run_output, "session_id", None) or getattr(run_context, "session_id", None)
+               or getattr(session, "session_id", None) or getattr(agent, "session_id", None) or "default")
+        if not uid:
+            log.debug("auto memory: run without a user id is not captured")
+            return
+        self._submit(uid, agent_type, sid, capture_run(run_output))
+
+    def _submit(self, user_id: str, agent_type: str, session_id: str, messages: list[CapturedMessage]) -> None:
+        if not messages or not self.config.enabled:
+            return
+        if self._light_model() is None:
+            if not self._warned_no_model:
+                self._warned_no_model = True
+                log.warning("auto memory: no light model configured (HARNESS_MEMORY_LIGHT_MODEL or "
+                            "HARNESS_MEMORY_MODEL + BASE_URL); conversations are not learned from")
+            return
+        try:
+            key = QueueKey(validate_id(user_id, "user id"), validate_id(agent_type, "agent type"),
+                           validate_id(session_id, "session id"))
+        except InvalidName as exc:
+            log.warning("auto memory: not captured (%s)", exc)
+            return
+        self.worker.submit(key, messages, detect_signals(messages))
+
+    def _process(self, batch: Batch) -> bool:
+        place = AutoPlace(self.services.user_auto_dir(batch.key.user_id))
+        result = self.updater.run(place, batch)
+        self.results.append(result)
+        return result.status is not UpdateStatus.RETRY
+
+
+def _checked(content: object, category: object, confidence: object, source_error: object) -> NewFact:
+    if not isinstance(content, str) or not " ".join(content.split()):
+        raise ValueError("content must be non-empty text")
+    if len(" ".join(content.split())) > MAX_FACT_CHARS:
+        raise ValueError(f"content is longer than {MAX_FACT_CHARS} characters; keep a fact to one short sentence")
+    cat = category if isinstance(category, Category) else Category.parse(category)
+    if cat is None:
+        raise ValueError(f"category {category!r} is not one of: {', '.join(c.value for c in Category)}")
+    if isinstance(confidence, bool) or not isinstance(confidence, int | float) or not 0.0 <= confidence <= 1.0:
+        raise ValueError("confidence must be a number between 0 and 1")
+    if source_error is not None and (not isinstance(source_error, str) or len(source_error) > MAX_SOURCE_ERROR_CHARS):
+        raise ValueError(f"source_error must be text of at most {MAX_SOURCE_ERROR_CHARS} characters")
+    checked = prepare_fact(NewFact(content, cat, float(confidence), source_error or None), 0.0, False,
+                           boost_corrections=False)
+    if checked is None:
+        raise ValueError("content is empty once upload mentions and session paths are removed")
+    return checked
+
+
+def _close_at_exit(ref: weakref.ref[AutoMemory]) -> None:
+    memory = ref()
+    if memory is not None:
+        memory.close()
+
+
+_registry_lock = threading.Lock()
+_OLD_BLOCK = re.compile(r"\n*<system-reminder>\n" + re.escape(INTRO) + r".*?</system-reminder>\n?", re.DOTALL)
+
+
+def attach_auto_memory(agent: Any, services: MemoryServices, user_id: str, agent_type: str = "default") -> str:
+    """Wire auto memory into an agno ``Agent``: the reminder block appended to
+    ``additional_context`` and the post-hook appended to ``post_hooks``. Idempotent (a second call
+    replaces the block and the hook instead of adding them twice). Returns the injected block
+    ('' when nothing is stored or ``auto.enabled`` is off). Never raises for a store failure."""
+    auto = auto_memory_for(services)
+    if not auto.config.enabled:
+        return ""
+    block = auto.render_injection(user_id)
+    existing = _OLD_BLOCK.sub("", agent.additional_context or "").rstrip()
+    if block:
+        agent.additional_context = f"{existing}\n\n{block}" if existing else block
+    else:
+        agent.additional_context = existing or None
+    hooks = [h for h in (agent.post_hooks or []) if getattr(h, "__name__", "") != HOOK_NAME]
+    agent.post_hooks = [*hooks, auto.make_post_hook(agent_type)]
+    return block
+
+
+def auto_memory_for(services: MemoryServices) -> AutoMemory:
+    """The one ``AutoMemory`` of ``services`` (created on first use)."""
+    with _registry_lock:
+        memory = services.__dict__.get("_auto_memory")
+        if memory is None or memory._closed:
+            memory = AutoMemory(services)
+            services.__dict__["_auto_memory"] = memory
+        return memory

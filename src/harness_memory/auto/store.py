@@ -1,0 +1,362 @@
+"""Auto memory as memory files in an auto-memory place, written in one locked transaction.
+
+Layout of a place (``users/<uid>/projects/<project>/memory/`` or the shared
+``projects/<project>/memory/``):
+
+* ``fact-<8 hex>.md`` — one fact per file. The fact text is the frontmatter ``description`` (so
+  the manifest alone is enough to inject it); frontmatter also carries ``confidence``,
+  ``category``, ``source``, ``source_error``, ``created``, ``updated`` (copied into the manifest).
+* ``profile.md`` — the six profile sections as ``## <title>`` parts. A copy of the sections
+  sits in the manifest ``meta`` (stamped with the entry's ``updated_at``) so injection needs
+  one GET; when someone edits ``profile.md`` through the tools or API the stamp no longer
+  matches and the file itself is read.
+* ``.auto-state.json`` — per-session watermarks (message keys already sent to the extractor).
+  Kept out of the manifest because the manifest is read on every agent build and watermarks
+  are only needed by the updater. Written under the same lock; losing it only means a message
+  may be sent twice, and fact dedupe makes that harmless.
+
+Why one transaction instead of ``MemoryDir.save`` per fact: an update touches several files;
+the place lock is not re-entrant, and per-file saves would cost ~6 requests each. Here the
+lock is taken once, the files are written, the manifest is committed once (conditional PUT as
+a second guard) and MEMORY.md re-rendered once. A failed manifest commit rolls the file
+writes back, like ``MemoryDir`` does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import logging
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from ..errors import MemoryFormatError, PreconditionFailed, StorageError
+from ..memdir import Manifest, ManifestEntry, MemoryDir, MemoryFile, MemoryType, parse_memory, render_index
+from .model import FACT_PREFIX, PROFILE_FILE, Category, Fact, Profile, ProfileKey
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = ".auto-state.json"
+META_KEY = "auto_memory"
+MAX_MARK_KEYS = 256
+MAX_MARK_SESSIONS = 100
+_COMMIT_ATTEMPTS = 6
+_SECTION_HEAD = re.compile(r"^##\s+(.+?)\s*$", re.MULTILINE)
+_TITLE_TO_KEY = {k.title.lower(): k for k in ProfileKey} | {k.value.lower(): k for k in ProfileKey}
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+def new_fact_id(taken: set[str] | dict[str, Fact]) -> str:
+    while True:
+        fid = FACT_PREFIX + uuid.uuid4().hex[:8]
+        if fid not in taken:
+            return fid
+
+
+# -- facts and profile <-> memory files -------------------------------------------------------
+def fact_from_entry(entry: ManifestEntry) -> Fact | None:
+    """The fact a manifest entry stands for (None for the profile). Files without auto-memory
+    frontmatter (written by hand) count as manual ``context`` facts."""
+    if entry.file == PROFILE_FILE or not entry.file.endswith(".md"):
+        return None
+    extra = entry.extra or {}
+    category = Category.parse(extra.get("category"))
+    source = extra.get("source") if isinstance(extra.get("source"), str) else None
+    if category is None:
+        category, source = Category.CONTEXT, source or "manual"
+    error = extra.get("source_error")
+    return Fact(id=entry.file[:-3], content=entry.description, category=category,
+                confidence=_confidence(extra.get("confidence"), 0.9 if source == "manual" else 0.5),
+                source=source or "auto", source_error=error if isinstance(error, str) and error else None,
+                created=str(extra.get("created") or ""), updated=str(extra.get("updated") or ""),
+                stamp=entry.updated_at)
+
+
+def _confidence(value: object, default: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return default
+    try:
+        number = float(value)
+    except ValueError:
+        return default
+    return min(1.0, max(0.0, number)) if number == number else default
+
+
+def fact_memory(fact: Fact, previous: MemoryFile | None = None) -> MemoryFile:
+    """The memory file of ``fact``. Body: the fact, an ``Avoid:`` line for corrections, then any
+    notes a person added to an existing file (kept, as are unknown frontmatter keys)."""
+    extra: dict[str, object] = dict(previous.extra) if previous else {}
+    extra.pop("source_error", None)
+    extra.update(confidence=round(fact.confidence, 3), category=fact.category.value, source=fact.source)
+    if fact.source_error:
+        extra["source_error"] = fact.source_error
+    extra.update(created=fact.created or now_iso(), updated=fact.updated or now_iso())
+    parts = [fact.content] + ([f"Avoid: {fact.source_error}"] if fact.source_error else [])
+    if previous is not None:
+        paragraphs = [p.strip() for p in previous.body.strip().split("\n\n") if p.strip()]
+        parts += [p for p in paragraphs[1:] if not p.startswith("Avoid:")]
+    return MemoryFile(name=f"auto {fact.category.value} fact", description=fact.content,
+                      type=fact.category.memory_type, body="\n\n".join(parts), extra=extra)
+
+
+def profile_memory(profile: Profile) -> MemoryFile:
+    parts = [f"## {key.title}\n\n{text}" for key, text in profile.items()]
+    return MemoryFile(name="user profile", type=MemoryType.USER,
+                      description="Auto-maintained profile: work, personal, top of mind and history",
+                      body="\n\n".join(parts) or "(empty)",
+                      extra={"category": "profile", "source": "auto", "updated": now_iso()})
+
+
+def parse_profile(body: str) -> Profile:
+    sections: dict[ProfileKey, str] = {}
+    heads = list(_SECTION_HEAD.finditer(body))
+    for i, head in enumerate(heads):
+        key = _TITLE_TO_KEY.get(head.group(1).strip().lower())
+        end = heads[i + 1].start() if i + 1 < len(heads) else len(body)
+        text = body[head.end() : end].strip()
+        if key is not None and text:
+            sections[key] = text
+    return Profile(sections)
+
+
+# -- watermarks ---------------------------------------------------------------------------------
+@dataclass(slots=True)
+class Watermarks:
+    """Per session (``agent_type/session_id``): keys of messages already sent to the extractor."""
+
+    sessions: dict[str, list[str]] = field(default_factory=dict)
+    times: dict[str, float] = field(default_factory=dict)
+
+    def seen(self, wm_id: str) -> set[str]:
+        return set(self.sessions.get(wm_id, ()))
+
+    def mark(self, wm_id: str, keys: list[str], now: float) -> None:
+        merged = [k for k in self.sessions.get(wm_id, []) if k not in set(keys)] + keys
+        self.sessions[wm_id] = merged[-MAX_MARK_KEYS:]
+        self.times[wm_id] = now
+        if len(self.sessions) > MAX_MARK_SESSIONS:
+            for old in sorted(self.times, key=self.times.__getitem__)[: len(self.sessions) - MAX_MARK_SESSIONS]:
+                self.sessions.pop(old, None)
+                self.times.pop(old, None)
+
+    def to_bytes(self) -> bytes:
+        data = {"version": 1, "sessions": {k: {"keys": v, "at": self.times.get(k, 0.0)}
+                                           for k, v in self.sessions.items()}}
+        return json.dumps(data, separators=(",", ":")).encode("utf-8")
+
+    @classmethod
+    def from_bytes(cls, data: bytes | None) -> Watermarks:
+        out = cls()
+        if not data:
+            return out
+        try:
+            raw = json.loads(data.decode("utf-8")).get("sessions", {})
+            for wm_id, item in raw.items():
+                keys = [k for k in item.get("keys", []) if isinstance(k, str)]
+                out.sessions[str(wm_id)] = keys[-MAX_MARK_KEYS:]
+                out.times[str(wm_id)] = float(item.get("at", 0.0))
+        except (ValueError, AttributeError, TypeError) as exc:
+            log.warning("auto-memory watermarks unreadable (%s); starting afresh", exc)
+            return cls()
+        return out
+
+
+# -- the place ----------------------------------------------------------------------------------
+@dataclass(slots=True)
+class AutoView:
+    """What a place holds: facts by id and the profile (with the stamp it was read at)."""
+
+    facts: dict[str, Fact] = field(default_factory=dict)
+    profile: Profile = field(default_factory=Profile)
+    profile_stamp: float = 0.0
+
+
+class AutoPlace:
+    """Auto memory of one place, on top of a ``MemoryDir`` (its store, place, locker, limits)."""
+
+    def __init__(self, memdir: MemoryDir) -> None:
+        self.dir = memdir
+
+    @property
+    def state_key(self) -> str:
+        return self.dir.place.prefix + STATE_FILE
+
+    def read(self) -> AutoView:
+        """Facts and profile: one GET (the manifest), two when the profile was edited by hand."""
+        manifest, _ = self.dir.load_manifest()
+        return self.view_of(manifest)
+
+    def view_of(self, manifest: Manifest) -> AutoView:
+        view = AutoView()
+        for entry in manifest.entries.values():
+            fact = fact_from_entry(entry)
+            if fact is not None:
+                view.facts[fact.id] = fact
+        entry = manifest.entries.get(PROFILE_FILE)
+        if entry is not None:
+            view.profile_stamp = entry.updated_at
+            meta = manifest.meta.get(META_KEY)
+            if isinstance(meta, dict) and meta.get("profile_stamp") == entry.updated_at:
+                view.profile = Profile.from_json(meta.get("profile"))
+            else:
+                view.profile = self._read_profile_file()
+        return view
+
+    def read_watermarks(self) -> Watermarks:
+        obj = self.dir.store.get_or_none(self.state_key)
+        return Watermarks.from_bytes(obj.data if obj else None)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[AutoTxn]:
+        """Hold the place lock, yield the current state; committed when the block ends cleanly."""
+        with self.dir.locker.hold(self.dir.place.lock_name()):
+            manifest, etag = self.dir.load_manifest()
+            txn = AutoTxn(self, manifest, etag)
+            yield txn
+            txn.commit()
+
+    def _read_profile_file(self) -> Profile:
+        try:
+            return parse_profile(parse_memory(self.dir.read(PROFILE_FILE).text).body)
+        except (MemoryFormatError, StorageError) as exc:
+            log.warning("profile of %s unreadable (%s); treated as empty", self.dir.place.label, exc)
+            return Profile()
+
+
+class AutoTxn:
+    """Changes to one place under its lock. Mutate ``view`` through the methods, then commit."""
+
+    def __init__(self, place: AutoPlace, manifest: Manifest, etag: str | None) -> None:
+        self.place = place
+        self.manifest = manifest
+        self.etag = etag
+        self.view = place.view_of(manifest)
+        self._changed: set[str] = set()
+        self._deleted: set[str] = set()
+        self._profile_changed = False
+        self._marks: Watermarks | None = None
+
+    # -- mutations ----------------------------------------------------------------------------
+    def put_fact(self, fact: Fact) -> None:
+        fact.updated = now_iso()
+        fact.created = fact.created or fact.updated
+        self.view.facts[fact.id] = fact
+        self._changed.add(fact.id)
+        self._deleted.discard(fact.id)
+
+    def delete_fact(self, fact_id: str) -> bool:
+        if self.view.facts.pop(fact_id, None) is None:
+            return False
+        self._changed.discard(fact_id)
+        self._deleted.add(fact_id)
+        return True
+
+    def set_profile(self, profile: Profile) -> None:
+        self.view.profile = profile
+        self._profile_changed = True
+
+    @property
+    def watermarks(self) -> Watermarks:
+        if self._marks is None:
+            self._marks = self.place.read_watermarks()
+        return self._marks
+
+    # -- commit ---------------------------------------------------------------------------------
+    def commit(self) -> None:
+        if not (self._changed or self._deleted or self._profile_changed or self._marks is not None):
+            return
+        d = self.place.dir
+        store, now = d.store, time.time()
+        entries: dict[str, ManifestEntry] = {}
+        previous: dict[str, bytes | None] = {}
+        files = {fid: self.view.facts[fid] for fid in self._changed}
+        limit_left = d.limits.max_files_per_place - len(self.manifest.entries)
+        try:
+            for fid, fact in files.items():
+                key = d.place.key(fact.file)
+                old = store.get_or_none(key)
+                if old is None and fact.file not in self.manifest.entries:
+                    if limit_left <= 0:
+                        log.warning("%s is full; fact %r not stored", d.place.label, fact.content[:60])
+                        self.view.facts.pop(fid, None)
+                        continue
+                    limit_left -= 1
+                prior = _parse_or_none(old.data if old else None)
+                entries[fact.file] = self._write(key, fact.file, fact_memory(fact, prior), old, previous, now)
+                fact.stamp = now
+            if self._profile_changed:
+                key = d.place.key(PROFILE_FILE)
+                old = store.get_or_none(key)
+                entries[PROFILE_FILE] = self._write(key, PROFILE_FILE, profile_memory(self.view.profile),
+                                                    old, previous, now)
+            self._commit_manifest(entries, now)
+        except Exception:
+            for key, data in previous.items():
+                with contextlib.suppress(Exception):
+                    store.put(key, data) if data is not None else store.delete(key)
+            raise
+        for fid in self._deleted:
+            with contextlib.suppress(StorageError):
+                store.delete(d.place.key(fid + ".md"))
+        if self._marks is not None:
+            try:
+                store.put(self.place.state_key, self._marks.to_bytes(), content_type="application/json")
+            except StorageError as exc:
+                log.warning("auto-memory watermarks of %s not saved (%s)", d.place.label, exc)
+
+    def _write(self, key: str, file: str, memory: MemoryFile, old: object, previous: dict[str, bytes | None],
+               now: float) -> ManifestEntry:
+        text = memory.render()
+        self.place.dir.check_content(text)
+        data = text.encode("utf-8")
+        previous[key] = getattr(old, "data", None)
+        self.place.dir.store.put(key, data, content_type="text/markdown; charset=utf-8")
+        prior = self.manifest.entries.get(file)
+        return ManifestEntry.from_memory(file, memory, len(data), created_at=prior.created_at if prior else None,
+                                         now=now)
+
+    def _commit_manifest(self, entries: dict[str, ManifestEntry], now: float) -> None:
+        d = self.place.dir
+        manifest, etag = self.manifest, self.etag
+        for _attempt in range(_COMMIT_ATTEMPTS):
+            manifest.entries.update(entries)
+            for fid in self._deleted:
+                manifest.entries.pop(fid + ".md", None)
+            profile_entry = manifest.entries.get(PROFILE_FILE)
+            if profile_entry is not None and (self._profile_changed or PROFILE_FILE in entries):
+                manifest.meta[META_KEY] = {"version": 1, "profile": self.view.profile.to_json(),
+                                           "profile_stamp": profile_entry.updated_at}
+            manifest.updated_at = now
+            payload = manifest.to_bytes()
+            try:
+                if etag is None:
+                    d.store.put_if_absent(d.manifest_key, payload, content_type="application/json")
+                else:
+                    d.store.put_if_match(d.manifest_key, payload, etag, content_type="application/json")
+                break
+            except PreconditionFailed:
+                manifest, etag = d.load_manifest()
+        else:
+            raise StorageError(f"the index of {d.place.label} kept changing under us; try again")
+        self.manifest = manifest
+        try:
+            d.store.put(d.index_key, render_index(manifest).encode("utf-8"),
+                        content_type="text/markdown; charset=utf-8")
+        except StorageError as exc:
+            log.warning("MEMORY.md of %s not refreshed (%s); the manifest is current", d.place.label, exc)
+
+
+def _parse_or_none(data: bytes | None) -> MemoryFile | None:
+    if data is None:
+        return None
+    try:
+        return parse_memory(data.decode("utf-8", errors="replace"))
+    except MemoryFormatError:
+        return None
