@@ -53,6 +53,9 @@ _SKIP_STATUSES = {"error", "cancelled", "ERROR", "CANCELLED"}
 HOOK_NAME = "auto_memory_post_hook"
 
 
+SHARED_VIEW_TTL = 30.0
+
+
 class FactNotFound(HarnessMemoryError, LookupError):
     """No fact with that id in the place."""
 
@@ -79,6 +82,7 @@ class AutoMemory:
         self._model_lock = threading.Lock()
         self._closed = False
         self._warned_no_model = False
+        self._shared_cache: tuple[float, AutoView] | None = None
         ref = weakref.ref(self)
         atexit.register(_close_at_exit, ref)
 
@@ -143,12 +147,26 @@ class AutoMemory:
             raise
         except Exception as exc:
             log.warning("auto memory of user %s unavailable (%s); not injected", user_id, exc)
-        try:
-            shared_view = AutoPlace(self.services.shared_auto_dir()).read()
-        except Exception as exc:
-            log.warning("shared auto memory unavailable (%s); not injected", exc)
+        shared_view = self._shared_view()
         return render_injection_block(user_view, shared_view, max_tokens=self.config.max_injection_tokens,
                                       correction_share=self.config.correction_share, today=self._today())
+
+    def _shared_view(self) -> AutoView | None:
+        """The shared (project) auto place, cached per pod for ``SHARED_VIEW_TTL`` s.
+
+        Why: every agent build injects it and it changes rarely (operators edit it); the cache
+        saves one store request per build. This pod's own fact-API writes drop the cache.
+        """
+        now = time.monotonic()
+        if self._shared_cache is not None and self._shared_cache[0] > now:
+            return self._shared_cache[1]
+        try:
+            view = AutoPlace(self.services.shared_auto_dir()).read()
+        except Exception as exc:
+            log.warning("shared auto memory unavailable (%s); not injected", exc)
+            return self._shared_cache[1] if self._shared_cache else None
+        self._shared_cache = (now + SHARED_VIEW_TTL, view)
+        return view
 
     # -- fact API (control plane) ---------------------------------------------------------------------
     def list_facts(self, user_id: str | None, *, shared: bool = False) -> list[Fact]:
@@ -209,6 +227,7 @@ class AutoMemory:
     # -- internals --------------------------------------------------------------------------------
     def _place(self, user_id: str | None, shared: bool) -> AutoPlace:
         if shared:
+            self._shared_cache = None  # a fact-API call on the shared place: re-read on the next build
             return AutoPlace(self.services.shared_auto_dir())
         if not user_id:
             raise InvalidName("user id is required for a user's auto memory (or pass shared=True)")
