@@ -3,8 +3,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
-HOST   ?= 127.0.0.1
-PORT   ?= 8765
+SERVE_HOST ?= 127.0.0.1
+SERVE_PORT ?= 8765
 
 .PHONY: test serve bench lint venv redis-server clean
 
@@ -31,7 +31,7 @@ test: venv redis-server
 
 serve: venv
 	HARNESS_MEMORY_BACKEND=$${HARNESS_MEMORY_BACKEND:-local} \
-	$(VENV)/bin/harness-memory serve --host $(HOST) --port $(PORT)
+	$(VENV)/bin/harness-memory serve --host $(SERVE_HOST) --port $(SERVE_PORT)
 
 bench: venv redis-server
 	$(PY) -m bench.run

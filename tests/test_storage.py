@@ -7,7 +7,6 @@ the same assertions run on each (the ``store`` fixture is parametrized ``local``
 
 from __future__ import annotations
 
-import os
 import socket
 import threading
 import time

@@ -26,7 +26,21 @@ _EXPORTS: dict[str, str] = {
     "find_relevant_memories": "harness_memory.recall",
 }
 
-__all__ = ["__version__", *_EXPORTS]
+__all__ = [  # noqa: RUF022 - grouped like _EXPORTS
+    "__version__",
+    "build_agent",
+    "inject_memory_tools",
+    "load_agent_memory_prompt",
+    "MemoryConfig",
+    "MemoryServices",
+    "services_for",
+    "MemoryTools",
+    "MemoryDir",
+    "Place",
+    "SessionMemoryManager",
+    "inject_session_summary",
+    "find_relevant_memories",
+]
 
 if TYPE_CHECKING:
     from .agent import build_agent, inject_memory_tools
@@ -34,8 +48,13 @@ if TYPE_CHECKING:
     from .layout import Place
     from .memdir import MemoryDir
     from .prompt import load_agent_memory_prompt
+    from .recall import find_relevant_memories
     from .services import MemoryServices, services_for
+    from .session import SessionMemoryManager, inject_session_summary
     from .tools import MemoryTools
+
+
+assert set(__all__) == {"__version__", *_EXPORTS}
 
 
 def __getattr__(name: str) -> Any:

@@ -17,7 +17,7 @@ _EXPORTS: dict[str, str] = {
     "install_error_handlers": "harness_memory.server.errors",
 }
 
-__all__ = list(_EXPORTS)
+__all__ = ["create_app", "install_error_handlers", "memory_router"]
 
 if TYPE_CHECKING:
     from .app import create_app, memory_router

@@ -1,15 +1,11 @@
-"""Export and import of whole memories as a JSON bundle (the zip form lives in ``bundle_zip``).
+"""The bundle — a whole memory as JSON — and export (import: ``bundle_import``; zip: ``bundle_zip``).
 
-Why this shape:
-- A bundle carries every memory file's exact bytes (UTF-8 text, or base64 when a stray file is
-  not UTF-8) with its sha256, plus the manifest's ``meta`` (snapshot sync state, auto-memory
-  profile) and the ``.snapshot-synced.json`` object, so export -> clear -> import restores
-  byte-identical memories and the same snapshot state.
-- Import validates EVERYTHING first (names, encoding, checksums, sizes, frontmatter, counts,
-  where each place may go) and writes nothing when any file is wrong: the answer lists every
-  problem, so a user fixes a backup in one pass instead of finding a half-imported memory.
-- Writes go through ``MemoryDir.save`` (place lock, manifest of record, MEMORY.md re-render),
-  never around it. A file whose bytes are already stored is left alone (``unchanged``).
+Why this shape: a bundle carries every memory file's exact bytes (UTF-8 text; base64 is accepted
+on import) with its sha256, the manifest's ``meta`` (snapshot sync record, auto-memory profile)
+and the place's state files (``.snapshot-synced.json``, ``.auto-state.json``), so export -> clear
+-> import restores byte-identical memories in the same state. Objects that could not be imported
+again (not UTF-8, broken frontmatter, over the size limit) are left out and listed in ``skipped``,
+so a bundle made by export always imports.
 """
 
 from __future__ import annotations
@@ -18,16 +14,15 @@ import base64
 import binascii
 import datetime as dt
 import hashlib
-import json
 import logging
+import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import InvalidName, MemoryFormatError
-from ..layout import MANIFEST_FILE, SNAPSHOT_SYNC_FILE, Place, PlaceKind, validate_filename, validate_id
+from ..layout import MANIFEST_FILE, Place, PlaceKind
 from ..memdir import Manifest, MemoryDir
 from .places import is_memory_file, place_path
 
@@ -35,13 +30,18 @@ log = logging.getLogger(__name__)
 
 BUNDLE_FORMAT = "harness-memory-bundle"
 BUNDLE_VERSION = 1
-MAX_SYNC_FILE_BYTES = 65536
-MAX_PROBLEMS = 50
+MAX_STATE_FILE_BYTES = 1024 * 1024
+#: State objects kept beside the memories (``.snapshot-synced.json``, ``.auto-state.json``, …):
+#: dot-named JSON files at the top of a place, other than the manifest (which is rebuilt).
+_STATE_NAME = re.compile(r"^\.[A-Za-z0-9][A-Za-z0-9_-]{0,63}\.json$")
+
 
 Progress = Callable[[int, int, str], None]
 """``progress(done, total, label)`` — called as files are read or written."""
 
-DirFactory = Callable[[Place], MemoryDir]
+
+def is_state_file(name: str) -> bool:
+    return bool(_STATE_NAME.fullmatch(name)) and name != MANIFEST_FILE
 
 
 class BundleFile(BaseModel):
@@ -69,6 +69,13 @@ class BundleFile(BaseModel):
         return self.content.encode("utf-8", errors="surrogatepass")
 
 
+class SkippedFile(BaseModel):
+    """An object of the place that is not a valid memory (left out of the bundle, with why)."""
+
+    file: str
+    reason: str
+
+
 class BundlePlace(BaseModel):
     """One memory directory: where it was, its files, and the manifest meta."""
 
@@ -80,7 +87,10 @@ class BundlePlace(BaseModel):
     project: str | None = None
     files: list[BundleFile] = Field(default_factory=list)
     meta: dict[str, Any] = Field(default_factory=dict, description="The manifest's `meta` (free-form state).")
-    snapshot_synced: BundleFile | None = Field(None, description="The place's `.snapshot-synced.json`.")
+    state: list[BundleFile] = Field(default_factory=list, description="State objects of the place "
+                                    "(`.snapshot-synced.json`, `.auto-state.json`): dot-named JSON files.")
+    skipped: list[SkippedFile] = Field(default_factory=list, description="Export only: objects that are not "
+                                       "valid memories (not UTF-8, bad frontmatter, too large) and were left out.")
 
     @property
     def path(self) -> str:
@@ -139,21 +149,24 @@ def encode_file(name: str, data: bytes, created_at: float | None = None) -> Bund
 # -- export ----------------------------------------------------------------------------------
 def export_places(dirs: Sequence[MemoryDir], scope: str, progress: Progress | None = None) -> Bundle:
     """Read every memory file of ``dirs`` (manifest entries plus anything LIST finds)."""
-    plans: list[tuple[MemoryDir, Manifest, list[str]]] = []
+    plans: list[tuple[MemoryDir, Manifest, list[str], list[str]]] = []
     for mdir in dirs:
+        states: list[str] = []
         manifest = mdir.manifest()
-        names = set(manifest.entries)
+        names = {name for name in manifest.entries if is_memory_file(name)}
         for info in mdir.store.list(mdir.place.prefix):
             name = mdir.place.filename_of(info.key)
             if is_memory_file(name):
                 names.add(name)
-            elif name not in (MANIFEST_FILE, SNAPSHOT_SYNC_FILE) and not name.endswith("MEMORY.md"):
+            elif is_state_file(name):
+                states.append(name)
+            elif name != MANIFEST_FILE and not name.endswith("MEMORY.md"):
                 log.warning("export %s: skipping %s (not a memory file name)", mdir.place.label, name)
-        plans.append((mdir, manifest, sorted(names)))
-    total = sum(len(names) for _, _, names in plans)
+        plans.append((mdir, manifest, sorted(names), sorted(states)))
+    total = sum(len(names) for _, _, names, _ in plans)
     done = 0
     bundle = Bundle(scope=scope)
-    for mdir, manifest, names in plans:
+    for mdir, manifest, names, states in plans:
         entry = BundlePlace.of(mdir.place)
         entry.meta = dict(manifest.meta)
         for name in names:
@@ -163,198 +176,28 @@ def export_places(dirs: Sequence[MemoryDir], scope: str, progress: Progress | No
                 progress(done, total, f"{place_path(mdir.place)}/{name}")
             if obj is None:  # in the manifest but gone: nothing to restore
                 continue
+            problem = _invalid_memory(mdir, obj.data)
+            if problem is not None:
+                log.warning("export %s: leaving out %s (%s)", mdir.place.label, name, problem)
+                entry.skipped.append(SkippedFile(file=name, reason=problem))
+                continue
             prior = manifest.entries.get(name)
             entry.files.append(encode_file(name, obj.data, prior.created_at if prior else None))
-        sync = mdir.store.get_or_none(mdir.place.reserved_key(SNAPSHOT_SYNC_FILE))
-        if sync is not None:
-            entry.snapshot_synced = encode_file(SNAPSHOT_SYNC_FILE, sync.data)
-        if entry.files or entry.meta or entry.snapshot_synced is not None:
+        for name in states:
+            state = mdir.store.get_or_none(mdir.place.prefix + name)
+            if state is not None:
+                entry.state.append(encode_file(name, state.data))
+        if entry.files or entry.meta or entry.state or entry.skipped:
             bundle.places.append(entry)
     return bundle
 
 
-# -- import ----------------------------------------------------------------------------------
-class BundleInvalid(MemoryFormatError):
-    """The bundle cannot be imported; ``problems`` lists every reason (nothing was written)."""
-
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = problems[:MAX_PROBLEMS]
-        more = f" (and {len(problems) - MAX_PROBLEMS} more)" if len(problems) > MAX_PROBLEMS else ""
-        super().__init__(f"the bundle was not imported: {len(problems)} problem(s): "
-                         + "; ".join(self.problems[:5]) + more)
-
-
-@dataclass(slots=True)
-class PlannedPlace:
-    mdir: MemoryDir
-    files: list[tuple[str, str, float | None]] = field(default_factory=list)  # (name, text, created_at)
-    meta: dict[str, Any] | None = None
-    snapshot_synced: bytes | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ImportTarget:
-    """Where a bundle may go: one place, one user's places, or anywhere it names (operator)."""
-
-    place: Place | None = None
-    user_id: str | None = None
-    allow_shared: bool = False
-
-
-def plan_import(bundle: Bundle, target: ImportTarget, dirs: DirFactory, key_prefix: str = "memory/"
-                ) -> list[PlannedPlace]:
-    """Validate the whole bundle against ``target``; raise BundleInvalid listing every problem."""
-    problems: list[str] = []
-    planned: dict[str, PlannedPlace] = {}
-    if target.place is not None and len(bundle.places) > 1:
-        problems.append(f"this endpoint imports one memory directory; the bundle holds {len(bundle.places)} "
-                        "(import it at the user level instead)")
-    for index, src in enumerate(bundle.places):
-        where = f"places[{index}]"
-        try:
-            place = _target_place(src, target, key_prefix)
-        except InvalidName as exc:
-            problems.append(f"{where}: {exc}")
-            continue
-        where = place_path(place)
-        plan = planned.setdefault(place.prefix, PlannedPlace(dirs(place)))
-        if target.place is None or target.place.kind == src.kind:
-            plan.meta = {**(plan.meta or {}), **src.meta}
-        seen = {name for name, _, _ in plan.files}
-        for item in src.files:
-            problem = _check_file(plan, item, seen)
-            if problem:
-                problems.append(f"{where}/{item.file}: {problem}")
-        if len(plan.files) > plan.mdir.limits.max_files_per_place:
-            problems.append(f"{where}: {len(plan.files)} files; a memory directory holds at most "
-                            f"{plan.mdir.limits.max_files_per_place}")
-        if src.snapshot_synced is not None:
-            try:
-                raw = src.snapshot_synced.data()
-                if len(raw) > MAX_SYNC_FILE_BYTES:
-                    raise MemoryFormatError(f"larger than {MAX_SYNC_FILE_BYTES} bytes")
-                json.loads(raw.decode("utf-8"))
-                plan.snapshot_synced = raw
-            except (MemoryFormatError, ValueError) as exc:
-                problems.append(f"{where}/{SNAPSHOT_SYNC_FILE}: not valid JSON ({exc})")
-    if problems:
-        raise BundleInvalid(problems)
-    return list(planned.values())
-
-
-def _target_place(src: BundlePlace, target: ImportTarget, key_prefix: str) -> Place:
-    if target.place is not None:
-        return target.place
-    if src.kind in (PlaceKind.SHARED_AGENT, PlaceKind.SHARED_AUTO):
-        if not target.allow_shared:
-            raise InvalidName(f"{src.kind.value} memory cannot be imported here; it needs the admin token "
-                              "and the shared endpoints")
-        return src.place(key_prefix)
-    user = target.user_id or src.user_id
-    if user is not None:
-        validate_id(user, "user id")
-    return src.place(key_prefix, user_id=user)
-
-
-def _check_file(plan: PlannedPlace, item: BundleFile, seen: set[str]) -> str | None:
+def _invalid_memory(mdir: MemoryDir, data: bytes) -> str | None:
+    """Why ``data`` could not be imported again (so export leaves it out), or None."""
     try:
-        name = validate_filename(item.file)
-    except InvalidName as exc:
-        return str(exc)
-    if name in seen:
-        return "appears twice"
-    try:
-        data = item.data()
-    except MemoryFormatError as exc:
-        return str(exc)
-    if item.sha256 is not None and hashlib.sha256(data).hexdigest() != item.sha256:
-        return "sha256 does not match the content (damaged or edited bundle)"
-    try:
-        text = data.decode("utf-8")
+        mdir.check_content(data.decode("utf-8"))
     except UnicodeDecodeError:
-        return "is not UTF-8 text (memory files are markdown)"
-    try:
-        plan.mdir.check_content(text)
+        return "not UTF-8 text"
     except MemoryFormatError as exc:
         return str(exc).split("\n", 1)[0]
-    seen.add(name)
-    plan.files.append((name, text, item.created_at))
     return None
-
-
-@dataclass(slots=True)
-class PlaceReport:
-    path: str
-    created: int = 0
-    updated: int = 0
-    unchanged: int = 0
-    cleared: int = 0
-
-
-@dataclass(slots=True)
-class ImportReport:
-    mode: str
-    dry_run: bool
-    places: list[PlaceReport] = field(default_factory=list)
-
-    @property
-    def written(self) -> int:
-        return sum(p.created + p.updated for p in self.places)
-
-
-def apply_import(plans: Sequence[PlannedPlace], mode: Literal["merge", "replace"], *,
-                 clear_also: Sequence[MemoryDir] = (), dry_run: bool = False,
-                 progress: Progress | None = None) -> ImportReport:
-    """Write the planned files. ``replace`` clears each target place (and ``clear_also``) first."""
-    report = ImportReport(mode=mode, dry_run=dry_run)
-    reports = {p.mdir.place.prefix: PlaceReport(place_path(p.mdir.place)) for p in plans}
-    if dry_run:
-        for plan in plans:
-            reports[plan.mdir.place.prefix].created = len(plan.files)
-        report.places = list(reports.values())
-        return report
-    if mode == "replace":
-        for mdir in [*(p.mdir for p in plans), *clear_also]:
-            cleared = mdir.clear()
-            rep = reports.setdefault(mdir.place.prefix, PlaceReport(place_path(mdir.place)))
-            rep.cleared += cleared
-    total = sum(len(p.files) for p in plans)
-    done = 0
-    for plan in plans:
-        mdir, rep = plan.mdir, reports[plan.mdir.place.prefix]
-        for name, text, _created in plan.files:
-            done += 1
-            if progress is not None:
-                progress(done, total, f"{rep.path}/{name}")
-            current = mdir.store.get_or_none(mdir.place.key(name)) if mode == "merge" else None
-            if current is not None and current.data == text.encode("utf-8"):
-                rep.unchanged += 1
-                continue
-            result = mdir.save(name, text)
-            if result.created:
-                rep.created += 1
-            else:
-                rep.updated += 1
-        _restore_manifest_state(plan)
-        if plan.snapshot_synced is not None:
-            mdir.store.put(mdir.place.reserved_key(SNAPSHOT_SYNC_FILE), plan.snapshot_synced,
-                           content_type="application/json")
-    report.places = list(reports.values())
-    return report
-
-
-def _restore_manifest_state(plan: PlannedPlace) -> None:
-    """Put back the manifest meta and each file's original ``created_at`` (one manifest write)."""
-    created = {name: at for name, _, at in plan.files if at is not None}
-    if not plan.meta and not created:
-        return
-
-    def mutate(manifest: Manifest) -> None:
-        if plan.meta:
-            manifest.meta.update(plan.meta)
-        for name, at in created.items():
-            entry = manifest.entries.get(name)
-            if entry is not None:
-                entry.created_at = at
-
-    plan.mdir.update_meta(mutate)

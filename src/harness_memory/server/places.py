@@ -9,11 +9,11 @@ a whole user), never an agent build.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import InvalidName
-from ..layout import INDEX_FILE, RESERVED_FILES, Place, PlaceKind, validate_filename, validate_id
+from ..layout import INDEX_FILE, RESERVED_FILES, Place, validate_filename, validate_id
 from ..storage.base import ObjectStore
 
 
@@ -168,10 +168,6 @@ def _count(found: FoundPlace, name: str, size: int) -> None:
     found.bytes += size
     if is_memory_file(name):
         found.files += 1
-
-
-def user_place_kinds() -> Iterable[PlaceKind]:
-    return (PlaceKind.USER_AGENT, PlaceKind.USER_AUTO)
 
 
 def place_path(place: Place) -> str:

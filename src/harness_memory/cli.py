@@ -1,0 +1,368 @@
+"""``harness-memory``: the operator CLI (serve, ls, cat, rm, clear, export, import, reindex,
+snapshot status|sync, session show, config).
+
+Why paths: every command names memory the way the store lays it out (``users/100/agent-memory/
+default/user_role.md``, ``users/100``, ``agent-memory/default``; a ``~/.harness/`` or ``memory/``
+prefix is accepted), so what ``ls`` prints can be pasted into ``cat`` or ``rm``. The config is
+the library's (``MemoryConfig.load``: ``--config`` YAML or ``$HARNESS_MEMORY_CONFIG``, then the
+``HARNESS_MEMORY_*`` environment). Listing the store (``ls`` of many places, export of a user,
+``reindex``) is on demand here, never on an agent's path. Exit codes: 0 ok, 1 failure, 2 usage
+or configuration, 3 not found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .config import ConfigError, MemoryConfig
+from .errors import HarnessMemoryError, InvalidName, ObjectNotFound
+from .server.bundle import Bundle, export_places
+from .server.bundle_import import BundleInvalid, ImportTarget, apply_import, plan_import
+from .server.places import Scope, discover_places, parse_scope, place_path
+from .services import MemoryServices
+
+log = logging.getLogger("harness_memory.cli")
+EXIT_FAIL, EXIT_USAGE, EXIT_NOT_FOUND = 1, 2, 3
+
+
+class CliError(Exception):
+    def __init__(self, message: str, code: int = EXIT_FAIL) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# -- progress ----------------------------------------------------------------------------------
+class Progress:
+    """A rich progress bar on a terminal; a plain stderr line (every ~10 %) elsewhere; or nothing."""
+
+    def __init__(self, label: str, quiet: bool) -> None:
+        self.label = label
+        self.quiet = quiet
+        self._bar: Any = None
+        self._task: Any = None
+        self._last_tenth = -1
+
+    def __enter__(self) -> Progress:
+        if not self.quiet and sys.stderr.isatty():
+            try:
+                from rich.console import Console
+                from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+                from rich.progress import Progress as RichProgress
+            except ImportError:  # rich comes with agno; a plain line when it is missing
+                return self
+            self._bar = RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                     TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+            self._bar.start()
+            self._task = self._bar.add_task(self.label, total=None)
+        return self
+
+    def __call__(self, done: int, total: int, item: str) -> None:
+        if self.quiet:
+            return
+        if self._bar is not None:
+            self._bar.update(self._task, completed=done, total=total, description=f"{self.label} {item[-40:]}")
+            return
+        tenth = done * 10 // total if total else 10
+        if tenth != self._last_tenth or done == total:
+            self._last_tenth = tenth
+            print(f"{self.label}: {done}/{total}", file=sys.stderr, flush=True)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+# -- commands ----------------------------------------------------------------------------------
+def cmd_serve(cfg: MemoryConfig, args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from .server import create_app
+    except ModuleNotFoundError as exc:
+        raise CliError(f"serve needs the server extra ({exc.name}): pip install 'harness-memory[server]'",
+                       EXIT_USAGE) from None
+    host = args.host or cfg.server.host
+    port = args.port or cfg.server.port
+    if host not in ("127.0.0.1", "localhost", "::1") and cfg.server.api_token is None:
+        log.warning("serving on %s without server.api_token: anyone who reaches it can act as any user "
+                    "(set HARNESS_MEMORY_SERVER_API_TOKEN)", host)
+    print(f"harness-memory: serving http://{host}:{port} (store: {cfg.store.effective_backend}, "
+          f"redis: {'on' if cfg.redis.url else 'off, in-process buffer'})", file=sys.stderr, flush=True)
+    uvicorn.run(create_app(cfg), host=host, port=port, log_level=args.log_level)
+    return 0
+
+
+def cmd_ls(svc: MemoryServices, args: argparse.Namespace) -> int:
+    scope = parse_scope(args.path or "", svc.key_prefix)
+    if scope.place is not None:
+        entries = svc.memdir(scope.place).list_entries()
+        if args.json:
+            print(json.dumps([{"file": e.file, "name": e.name, "type": e.type, "description": e.description,
+                               "size": e.size, "updated_at": e.updated_at} for e in entries], ensure_ascii=False))
+        for e in [] if args.json else entries:
+            print(f"{place_path(scope.place)}/{e.file}\t{e.type or '?'}\t{e.size}\t{e.description}")
+        return 0
+    found = discover_places(svc.store, scope, svc.key_prefix)
+    if args.json:
+        print(json.dumps([{"path": place_path(f.place), "kind": f.place.kind.value, "files": f.files,
+                           "bytes": f.bytes} for f in found]))
+    for f in [] if args.json else found:
+        print(f"{place_path(f.place)}\t{f.place.kind.value}\t{f.files} files\t{f.bytes} bytes")
+    return 0
+
+
+def _file_scope(svc: MemoryServices, path: str) -> Scope:
+    scope = parse_scope(path, svc.key_prefix, allow_file=True)
+    if scope.place is None or scope.file is None:
+        raise CliError(f"{path!r} does not name a memory file (users/<id>/agent-memory/<type>/<file>.md)",
+                       EXIT_USAGE)
+    return scope
+
+
+def cmd_cat(svc: MemoryServices, args: argparse.Namespace) -> int:
+    scope = _file_scope(svc, args.path)
+    assert scope.place is not None and scope.file is not None
+    try:
+        data = svc.store.get(scope.place.key(scope.file)).data
+    except ObjectNotFound:
+        raise CliError(f"no memory file {args.path}", EXIT_NOT_FOUND) from None
+    sys.stdout.buffer.write(data)
+    sys.stdout.flush()
+    return 0
+
+
+def cmd_rm(svc: MemoryServices, args: argparse.Namespace) -> int:
+    missing = 0
+    for path in args.paths:
+        scope = _file_scope(svc, path)
+        assert scope.place is not None and scope.file is not None
+        if svc.memdir(scope.place).delete(scope.file):
+            print(f"deleted {path}", file=sys.stderr)
+        else:
+            print(f"no memory file {path}", file=sys.stderr)
+            missing += 1
+    return EXIT_NOT_FOUND if missing else 0
+
+
+def cmd_clear(svc: MemoryServices, args: argparse.Namespace) -> int:
+    scope = parse_scope(args.path, svc.key_prefix)
+    if scope.is_all and not args.yes:
+        raise CliError("clearing the whole store needs --yes", EXIT_USAGE)
+    found = discover_places(svc.store, scope, svc.key_prefix)
+    total = 0
+    with Progress("clear", args.quiet) as progress:
+        for i, f in enumerate(found, 1):
+            total += svc.memdir(f.place).clear()
+            progress(i, len(found), place_path(f.place))
+    print(f"cleared {total} memory files in {len(found)} places", file=sys.stderr)
+    return 0
+
+
+def cmd_export(svc: MemoryServices, args: argparse.Namespace) -> int:
+    scope = parse_scope(args.path or "", svc.key_prefix)
+    found = discover_places(svc.store, scope, svc.key_prefix)
+    with Progress("export", args.quiet) as progress:
+        bundle = export_places([svc.memdir(f.place) for f in found], scope.rel_prefix().rstrip("/") or "all",
+                               progress)
+    fmt = args.format or ("zip" if args.output and args.output.endswith(".zip") else "json")
+    if fmt == "zip":
+        from .server.bundle_zip import bundle_to_zip
+
+        data = bundle_to_zip(bundle)
+    else:
+        data = bundle.model_dump_json(indent=1).encode("utf-8")
+    if args.output and args.output != "-":
+        Path(args.output).write_bytes(data)
+    elif fmt == "zip" and sys.stdout.isatty():
+        raise CliError("refusing to write a zip to a terminal; use -o FILE", EXIT_USAGE)
+    else:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+    print(f"exported {bundle.file_count()} files from {len(bundle.places)} places", file=sys.stderr)
+    return 0
+
+
+def load_bundle(svc: MemoryServices, source: str) -> Bundle:
+    data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
+    if data[:4] == b"PK\x03\x04":
+        from .server.bundle_zip import bundle_from_zip
+
+        return bundle_from_zip(data, max_file_bytes=svc.config.limits.max_file_bytes,
+                               max_total_bytes=max(len(data) * 200, svc.config.server.max_request_bytes),
+                               key_prefix=svc.key_prefix)
+    try:
+        return Bundle.model_validate_json(data)
+    except ValueError as exc:
+        detail = "; ".join(str(exc).splitlines()[:3])
+        raise CliError(f"{source} is not a harness-memory bundle: {detail}") from None
+
+
+def cmd_import(svc: MemoryServices, args: argparse.Namespace) -> int:
+    bundle = load_bundle(svc, args.file)
+    target = ImportTarget(allow_shared=True)
+    if args.into:
+        scope = parse_scope(args.into, svc.key_prefix)
+        if scope.is_all:
+            raise CliError("--into needs users/<id> or a memory directory", EXIT_USAGE)
+        target = ImportTarget(place=scope.place, user_id=scope.user_id, allow_shared=scope.place is not None)
+    plans = plan_import(bundle, target, svc.memdir, svc.key_prefix)
+    others = []
+    if args.mode == "replace" and target.user_id and target.place is None and not args.dry_run:
+        planned = {p.mdir.place.prefix for p in plans}
+        others = [svc.memdir(f.place) for f in discover_places(svc.store, Scope(user_id=target.user_id),
+                                                               svc.key_prefix) if f.place.prefix not in planned]
+    with Progress("import", args.quiet) as progress:
+        report = apply_import(plans, args.mode, clear_also=others, dry_run=args.dry_run, progress=progress)
+    for p in report.places:
+        print(f"{p.path}\tcreated {p.created}\tupdated {p.updated}\tunchanged {p.unchanged}"
+              + (f"\tcleared {p.cleared}" if p.cleared else ""))
+    verb = "would write" if args.dry_run else "wrote"
+    print(f"{verb} {report.written} files into {len(report.places)} places ({args.mode})", file=sys.stderr)
+    return 0
+
+
+def cmd_reindex(svc: MemoryServices, args: argparse.Namespace) -> int:
+    scope = parse_scope(args.path or "", svc.key_prefix)
+    found = discover_places(svc.store, scope, svc.key_prefix)
+    with Progress("reindex", args.quiet) as progress:
+        for i, f in enumerate(found, 1):
+            manifest = svc.memdir(f.place).reindex()
+            progress(i, len(found), place_path(f.place))
+            print(f"{place_path(f.place)}\t{len(manifest.entries)} files indexed")
+    return 0
+
+
+def cmd_snapshot(svc: MemoryServices, args: argparse.Namespace) -> int:
+    from .server.integrations import snapshot_action, snapshot_status
+
+    scope = parse_scope(args.path, svc.key_prefix)
+    place = scope.place
+    if place is None or place.user_id is None or place.agent_type is None:
+        raise CliError("name a user's agent memory: users/<id>/agent-memory/<type>", EXIT_USAGE)
+    if args.action == "status":
+        result = snapshot_status(svc, place.user_id, place.agent_type)
+    else:
+        result = snapshot_action(svc, place.user_id, place.agent_type,
+                                 "mark-synced" if args.keep_local else "replace")
+    print(json.dumps(result, indent=1, ensure_ascii=False, default=str))
+    return 0
+
+
+def cmd_session(svc: MemoryServices, args: argparse.Namespace) -> int:
+    from .server.integrations import session_debug
+    from .server.sessionid import bind_session
+
+    session_id = args.session_id
+    if args.user:
+        session_id, _ = bind_session(args.user, session_id, svc.config.server)
+    info = session_debug(svc, session_id)
+    print(json.dumps(info, indent=1, ensure_ascii=False, default=str))
+    return 0
+
+
+def cmd_config(cfg: MemoryConfig, args: argparse.Namespace) -> int:
+    print(json.dumps(cfg.public_dict(), indent=1, default=str))
+    return 0
+
+
+# -- parser ------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="harness-memory",
+        description="Operate harness-memory: serve the HTTP API, list, read, delete, export, import and "
+        "reindex memories, check snapshots and session memory. Paths are the store layout: users/<id>, "
+        "users/<id>/agent-memory/<type>[/<file>.md], users/<id>/projects/<project>/memory, agent-memory/<type>.",
+        epilog="Config: --config FILE or $HARNESS_MEMORY_CONFIG, then HARNESS_MEMORY_* variables. "
+        "Exit codes: 0 ok, 1 failure, 2 usage/config, 3 not found.")
+    p.add_argument("--config", help="YAML config file (default: $HARNESS_MEMORY_CONFIG)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    p.add_argument("-v", "--verbose", action="store_true", help="log more")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    s = sub.add_parser("serve", help="run the HTTP API (uvicorn)")
+    s.add_argument("--host", help="bind address (default: server.host, 127.0.0.1)")
+    s.add_argument("--port", type=int, help="port (default: server.port, 8765)")
+    s.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    s = sub.add_parser("ls", help="list places (users/<id>, all) or the files of one place")
+    s.add_argument("path", nargs="?", help="users/<id>, a memory directory, or nothing for all")
+    s.add_argument("--json", action="store_true")
+    s = sub.add_parser("cat", help="print a memory file")
+    s.add_argument("path", help="users/<id>/agent-memory/<type>/<file>.md")
+    s = sub.add_parser("rm", help="delete memory files (the index is updated)")
+    s.add_argument("paths", nargs="+", help="users/<id>/agent-memory/<type>/<file>.md …")
+    s = sub.add_parser("clear", help="delete every memory of a place, a user, or (--yes) everything")
+    s.add_argument("path", help="users/<id>, a memory directory, or all")
+    s.add_argument("--yes", action="store_true", help="required to clear the whole store")
+    s = sub.add_parser("export", help="write a bundle (JSON or zip) of a place, a user, or everything")
+    s.add_argument("path", nargs="?", help="users/<id>, a memory directory, or nothing for everything")
+    s.add_argument("-o", "--output", help="file to write (default stdout)")
+    s.add_argument("--format", choices=["json", "zip"])
+    s = sub.add_parser("import", help="import a bundle (validated; nothing is written if any file is bad)")
+    s.add_argument("file", help="bundle .json or .zip, or - for stdin")
+    s.add_argument("--into", help="retarget: users/<id> or one memory directory")
+    s.add_argument("--mode", choices=["merge", "replace"], default="merge")
+    s.add_argument("--dry-run", action="store_true")
+    s = sub.add_parser("reindex", help="rebuild MEMORY.md and the manifest from the files (LIST)")
+    s.add_argument("path", nargs="?", help="users/<id>, a memory directory, or nothing for every place")
+    s = sub.add_parser("snapshot", help="snapshot status of a user's agent memory, or sync it")
+    s.add_argument("action", choices=["status", "sync"])
+    s.add_argument("path", help="users/<id>/agent-memory/<type>")
+    s.add_argument("--keep-local", action="store_true", help="sync: keep local memories, mark synced")
+    s = sub.add_parser("session", help="session memory debug")
+    s.add_argument("action", choices=["show"])
+    s.add_argument("session_id", help="the session id (as the HTTP API returned it, or the raw id with --user)")
+    s.add_argument("--user", help="bind the id to this user as the HTTP API does")
+    sub.add_parser("config", help="print the effective configuration (secrets masked)")
+    return p
+
+
+STORE_COMMANDS: dict[str, Callable[[MemoryServices, argparse.Namespace], int]] = {
+    "ls": cmd_ls, "cat": cmd_cat, "rm": cmd_rm, "clear": cmd_clear, "export": cmd_export,
+    "import": cmd_import, "reindex": cmd_reindex, "snapshot": cmd_snapshot, "session": cmd_session,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        cfg = MemoryConfig.load(args.config)
+    except ConfigError as exc:
+        print(f"harness-memory: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        if args.command == "serve":
+            return cmd_serve(cfg, args)
+        if args.command == "config":
+            return cmd_config(cfg, args)
+        svc = MemoryServices.from_config(cfg)
+        try:
+            return STORE_COMMANDS[args.command](svc, args)
+        finally:
+            svc.close()
+    except CliError as exc:
+        print(f"harness-memory: {exc}", file=sys.stderr)
+        return exc.code
+    except BundleInvalid as exc:
+        print(f"harness-memory: {exc}", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  - {problem}", file=sys.stderr)
+        return EXIT_FAIL
+    except InvalidName as exc:
+        print(f"harness-memory: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (HarnessMemoryError, ConfigError, OSError) as exc:
+        print(f"harness-memory: {exc}", file=sys.stderr)
+        return EXIT_NOT_FOUND if isinstance(exc, ObjectNotFound | FileNotFoundError) else EXIT_FAIL
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

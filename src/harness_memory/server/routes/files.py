@@ -1,0 +1,130 @@
+"""Memory files of one place: list, read, create, replace, patch, delete, index, reindex, clear.
+
+One set of endpoints serves all four place kinds; ``add_place_routes`` is called once per kind with
+the dependency that turns the path (and the caller) into a ``MemoryDir``. Endpoints are plain
+``def``: FastAPI runs them in its thread pool, so a slow store or a held place lock never
+blocks the event loop.
+"""
+
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Response, status
+from fastapi import Path as PathParam
+from fastapi.responses import PlainTextResponse
+
+from ...errors import ObjectNotFound
+from ...layout import Place, validate_filename
+from ...memdir import ManifestEntry, MemoryDir
+from ..errors import ApiError
+from ..places import place_path
+from ..schemas import (
+    Cleared,
+    CreateFile,
+    ErrorBody,
+    FileContent,
+    FileEntry,
+    FileList,
+    IndexText,
+    PatchFile,
+    PlaceInfo,
+    ReplaceFile,
+    SavedFile,
+)
+
+FilePath = Annotated[str, PathParam(description="File name inside the place, e.g. `user_role.md`.",
+                                    max_length=1024)]
+ERRORS: dict[int | str, dict[str, object]] = {
+    code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 413, 422, 503)
+}
+
+
+def place_info(place: Place) -> PlaceInfo:
+    return PlaceInfo(path=place_path(place), kind=place.kind.value, user_id=place.user_id,
+                     agent_type=place.agent_type, project=place.project)
+
+
+def entry_out(entry: ManifestEntry) -> FileEntry:
+    return FileEntry(file=entry.file, name=entry.name, description=entry.description, type=entry.type,
+                     size=entry.size, created_at=entry.created_at, updated_at=entry.updated_at,
+                     extra=dict(entry.extra))
+
+
+def _not_found(mdir: MemoryDir, file: str) -> ApiError:
+    return ApiError(404, f"there is no memory file {file!r} in {place_path(mdir.place)}", "not_found")
+
+
+def add_place_routes(router: APIRouter, prefix: str, resolve: Callable[..., MemoryDir], tag: str) -> None:
+    """The file endpoints below ``prefix`` (which holds the place's path parameters)."""
+    Dir = Annotated[MemoryDir, Depends(resolve)]
+    opts: dict[str, Any] = {"tags": [tag], "responses": ERRORS}
+    one = prefix + "/files/{file:path}"
+
+    @router.get(prefix, response_model=FileList, summary="List the memory files", **opts)
+    def list_files(mdir: Dir) -> FileList:
+        entries = mdir.list_entries()
+        return FileList(place=place_info(mdir.place), count=len(entries), files=[entry_out(e) for e in entries])
+
+    @router.delete(prefix, response_model=Cleared, summary="Clear: delete every memory file and the index", **opts)
+    def clear(mdir: Dir) -> Cleared:
+        return Cleared(deleted_files=mdir.clear(), places=[place_path(mdir.place)])
+
+    @router.get(prefix + "/index", response_model=IndexText, summary="MEMORY.md as the model sees it", **opts)
+    def index(mdir: Dir) -> IndexText:
+        capped = mdir.index_text()
+        return IndexText(place=place_info(mdir.place), text=capped.text, truncated=capped.truncated,
+                         total_lines=capped.total_lines)
+
+    @router.post(prefix + "/reindex", response_model=FileList,
+                 summary="Rebuild the manifest and MEMORY.md from the files (LIST; on demand)", **opts)
+    def reindex(mdir: Dir) -> FileList:
+        manifest = mdir.reindex()
+        entries = manifest.sorted_entries()
+        return FileList(place=place_info(mdir.place), count=len(entries), files=[entry_out(e) for e in entries])
+
+    @router.get(one, response_model=FileContent, summary="Read a memory file",
+                tags=[tag], responses={**ERRORS, 200: {"content": {"text/markdown": {}}}})
+    def read_file(mdir: Dir, file: FilePath, response: Response,
+                  raw: Annotated[bool, Query(description="Answer with the file itself (text/markdown).")] = False
+                  ) -> FileContent | PlainTextResponse:
+        try:
+            result = mdir.read(file)
+        except ObjectNotFound:
+            raise _not_found(mdir, file) from None
+        if raw:
+            return PlainTextResponse(result.text, media_type="text/markdown; charset=utf-8",
+                                     headers={"ETag": f'"{result.etag}"'})
+        response.headers["ETag"] = f'"{result.etag}"'
+        return FileContent(file=result.file, content=result.text, etag=result.etag,
+                           size=len(result.text.encode("utf-8")), last_modified=result.last_modified)
+
+    @router.post(prefix + "/files", response_model=SavedFile, status_code=status.HTTP_201_CREATED,
+                 summary="Create a memory file (409 when it exists)", **opts)
+    def create_file(mdir: Dir, body: CreateFile) -> SavedFile:
+        name = validate_filename(body.file)
+        if mdir.store.exists(mdir.place.key(name)):
+            raise ApiError(409, f"{name!r} already exists in {place_path(mdir.place)}; PUT replaces it",
+                           "conflict")
+        result = mdir.save(name, body.content)
+        return SavedFile(file=result.file, created=result.created, entry=entry_out(result.entry))
+
+    @router.put(one, response_model=SavedFile, summary="Replace (or create) a whole file", **opts)
+    def replace_file(mdir: Dir, file: FilePath, body: ReplaceFile, response: Response) -> SavedFile:
+        result = mdir.save(file, body.content)
+        if result.created:
+            response.status_code = status.HTTP_201_CREATED
+        return SavedFile(file=result.file, created=result.created, entry=entry_out(result.entry))
+
+    @router.patch(one, response_model=SavedFile, summary="Replace one exact chunk of a file", **opts)
+    def patch_file(mdir: Dir, file: FilePath, body: PatchFile) -> SavedFile:
+        try:
+            result = mdir.replace_chunk(file, body.old, body.new, replace_all=body.replace_all)
+        except ObjectNotFound:
+            raise _not_found(mdir, file) from None
+        return SavedFile(file=result.file, created=False, entry=entry_out(result.entry))
+
+    @router.delete(one, status_code=status.HTTP_204_NO_CONTENT, summary="Delete a memory file", **opts)
+    def delete_file(mdir: Dir, file: FilePath) -> Response:
+        if not mdir.delete(file):
+            raise _not_found(mdir, file)
+        return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -1,0 +1,54 @@
+"""Session memory debug: buffer length, state and its hash, lock, cached and stored summary.
+
+A user sees only sessions bound to them (``server.sessionid``): the id in the path is bound to
+the caller exactly as a run binds it, so naming another user's session id shows (an empty view
+of) one's own. The raw view of any session id is for operators (admin token).
+"""
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Response, status
+from fastapi import Path as PathParam
+from fastapi.concurrency import run_in_threadpool
+
+from ..auth import Caller
+from ..deps import ServerContext
+from ..integrations import session_debug, session_manager
+from ..schemas import NewSession, SessionDebug
+from ..sessionid import bind_session
+from .files import ERRORS
+
+SessionPath = Annotated[str, PathParam(description="The session id.", max_length=128)]
+Messages = Annotated[bool, Query(description="Include the last buffered messages.")]
+
+
+def add_session_routes(router: APIRouter, ctx: ServerContext) -> None:
+    opts: dict[str, Any] = {"tags": ["sessions"], "responses": ERRORS}
+    User = Annotated[str, Depends(ctx.user_dep())]
+    Admin = Annotated[Caller, Depends(ctx.admin_dep("the raw session view"))]
+
+    @router.post("/users/{user_id}/sessions", **opts, response_model=NewSession, status_code=status.HTTP_201_CREATED,
+                 summary="Start a session (its id is bound to the user)")
+    def new_session(user: User) -> NewSession:
+        session_id, _ = bind_session(user, None, ctx.server)
+        return NewSession(session_id=session_id, user_id=user)
+
+    @router.get("/users/{user_id}/sessions/{session_id}", **opts, response_model=SessionDebug,
+                summary="Session memory state of one of the user's sessions")
+    async def show(user: User, session_id: SessionPath, messages: Messages = False) -> SessionDebug:
+        bound, _ = bind_session(user, session_id, ctx.server)
+        info = await run_in_threadpool(session_debug, ctx.services, bound, messages=messages)
+        return SessionDebug(**info)
+
+    @router.delete("/users/{user_id}/sessions/{session_id}", **opts, status_code=status.HTTP_204_NO_CONTENT,
+                   summary="Forget a session: its buffer, cached and stored summary")
+    async def forget(user: User, session_id: SessionPath) -> Response:
+        bound, _ = bind_session(user, session_id, ctx.server)
+        await session_manager(ctx.services).clear_session(bound)
+        return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+    @router.get("/sessions/{session_id}", **opts, response_model=SessionDebug,
+                summary="Session memory state of any session id (admin)")
+    async def show_raw(_admin: Admin, session_id: SessionPath, messages: Messages = False) -> SessionDebug:
+        info = await run_in_threadpool(session_debug, ctx.services, session_id, messages=messages)
+        return SessionDebug(**info)

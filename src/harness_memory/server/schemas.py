@@ -1,0 +1,278 @@
+"""Request and response models of the HTTP API (they are also its OpenAPI schema).
+
+Why strict models (``extra="forbid"``, bounded strings): a typo in a field name (``contnet``)
+must be a 422 that names the field, not a silently empty memory; and the property-based test
+drives the API from this schema, so every bound here is a bound the server really enforces.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .bundle import Bundle
+
+MAX_MESSAGE_CHARS = 200_000
+MAX_CONTENT_CHARS = 1_048_576
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorBody(BaseModel):
+    """Every error answer: a message for a person and a stable code for programs."""
+
+    detail: str = Field(description="What went wrong and what to do about it.")
+    code: str = Field(description="Stable machine-readable code, e.g. `invalid_name`, `not_found`.")
+    problems: list[str] | None = Field(None, description="Every problem found (bundle imports).")
+
+
+# -- memory files -------------------------------------------------------------------------
+class FileEntry(BaseModel):
+    file: str
+    name: str
+    description: str
+    type: str
+    size: int
+    created_at: float
+    updated_at: float
+    extra: dict[str, Any] = Field(default_factory=dict, description="Frontmatter extras kept in the index.")
+
+
+class PlaceInfo(BaseModel):
+    path: str = Field(description="The directory below the `.harness` root, e.g. `users/100/agent-memory/default`.")
+    kind: str
+    user_id: str | None = None
+    agent_type: str | None = None
+    project: str | None = None
+
+
+class FileList(BaseModel):
+    place: PlaceInfo
+    count: int
+    files: list[FileEntry]
+
+
+class IndexText(BaseModel):
+    place: PlaceInfo
+    text: str = Field(description="MEMORY.md as the model sees it (capped).")
+    truncated: bool
+    total_lines: int
+
+
+class FileContent(BaseModel):
+    file: str
+    content: str
+    etag: str
+    size: int
+    last_modified: float
+
+
+class CreateFile(_Strict):
+    file: str = Field(min_length=1, max_length=255, description="File name ending in `.md`.")
+    content: str = Field(max_length=MAX_CONTENT_CHARS, description="Frontmatter + markdown body.")
+
+
+class ReplaceFile(_Strict):
+    content: str = Field(max_length=MAX_CONTENT_CHARS, description="The whole new file.")
+
+
+class PatchFile(_Strict):
+    old: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS, description="Exact text to replace.")
+    new: str = Field(max_length=MAX_CONTENT_CHARS, description="Replacement (may be empty).")
+    replace_all: bool = Field(False, description="Replace every occurrence (else `old` must occur once).")
+
+
+class SavedFile(BaseModel):
+    file: str
+    created: bool
+    entry: FileEntry
+
+
+class Cleared(BaseModel):
+    deleted_files: int
+    places: list[str]
+
+
+class UserPlaces(BaseModel):
+    user_id: str
+    places: list[PlaceSummary]
+
+
+class PlaceSummary(BaseModel):
+    path: str
+    kind: str
+    files: int
+    bytes: int
+
+
+# -- export / import ----------------------------------------------------------------------
+class ImportPlaceResult(BaseModel):
+    path: str
+    created: int
+    updated: int
+    unchanged: int
+    cleared: int
+
+
+class ImportResult(BaseModel):
+    mode: Literal["merge", "replace"]
+    dry_run: bool
+    written: int
+    places: list[ImportPlaceResult]
+
+
+# -- facts --------------------------------------------------------------------------------
+class FactIn(_Strict):
+    content: str = Field(min_length=1, max_length=400, description="The fact, e.g. 'business trip next week'.")
+    category: str = Field("context", max_length=40, description="preference, knowledge, context, behavior, goal "
+                          "or correction.")
+    confidence: float = Field(1.0, ge=0, le=1, description="How sure (facts a person enters: 1.0).")
+    source_error: str | None = Field(None, max_length=300, description="For a correction: the wrong belief.")
+
+
+class FactPatch(_Strict):
+    content: str | None = Field(None, min_length=1, max_length=400)
+    category: str | None = Field(None, max_length=40)
+    confidence: float | None = Field(None, ge=0, le=1)
+    source_error: str | None = Field(None, max_length=300)
+
+
+class FactOut(BaseModel):
+    id: str
+    content: str
+    category: str
+    confidence: float
+    source: str | None = None
+    source_error: str | None = None
+    created: str | None = None
+    updated: str | None = None
+
+
+class FactList(BaseModel):
+    place: str = Field(description="The auto-memory directory the facts live in.")
+    count: int
+    facts: list[FactOut]
+
+
+class ProfileBody(_Strict):
+    """The user profile: one short summary per section (empty or absent = none)."""
+
+    workContext: str | None = Field(None, max_length=800)
+    personalContext: str | None = Field(None, max_length=800)
+    topOfMind: str | None = Field(None, max_length=800)
+    recentMonths: str | None = Field(None, max_length=800)
+    earlierContext: str | None = Field(None, max_length=800)
+    longTermBackground: str | None = Field(None, max_length=800)
+
+
+# -- runs -----------------------------------------------------------------------------------
+class RunRequest(_Strict):
+    message: str = Field(min_length=1, max_length=MAX_MESSAGE_CHARS, description="The user's message.")
+    user_id: str | None = Field(None, max_length=128, description="The user (trusted only when "
+                                "`server.user_source` is `body`; else it must match the `wid` header).")
+    session_id: str | None = Field(None, max_length=128, description="Omit to start a new session.")
+    stream: bool = Field(False, description="Answer as server-sent events.")
+
+
+class RunResponse(BaseModel):
+    run_id: str | None
+    user_id: str
+    agent_type: str
+    session_id: str
+    session_created: bool
+    summary_injected: bool = Field(description="Whether a stored session summary was put before the message.")
+    content: str | None
+    status: str
+
+
+# -- sessions -------------------------------------------------------------------------------
+class NewSession(BaseModel):
+    session_id: str
+    user_id: str
+
+
+class SessionDebug(BaseModel):
+    session_id: str
+    mode: str = Field(description="`redis` or `local` (in-process buffer).")
+    buffer_messages: int = Field(description="Messages in the hot buffer.")
+    buffer_tokens: int = Field(description="Tokens of the messages not yet summarised.")
+    state: dict[str, Any] = Field(description="The buffer's counters (total, summarized, tokens, epoch…).")
+    state_hash: str | None = Field(None, description="Hash of the state: equal on every pod that sees the same.")
+    lock_held: bool = Field(description="Whether a worker holds the session's summarisation lock.")
+    lock_ttl_ms: int | None = Field(None, description="Milliseconds until that lock expires.")
+    extraction_due: bool = Field(description="Whether the thresholds call for a new summary.")
+    cached_summary: str | None = Field(None, description="This pod's cached summary.")
+    cached_version: int | None = None
+    stored_summary: str | None = Field(None, description="The summary in the object store.")
+    stored_version: int | None = None
+    messages: list[dict[str, Any]] | None = Field(None, description="The last buffered messages (`?messages=true`).")
+
+
+# -- snapshots ------------------------------------------------------------------------------
+class SnapshotView(BaseModel):
+    user_id: str
+    state: str = Field(description="`none`, `initialize` or `prompt-update`.")
+    updateAvailable: bool
+    agentType: str
+    reason: str
+    snapshotUpdatedAt: str | None = None
+    syncedFrom: str | None = None
+    syncedAt: str | None = None
+    files: list[str] = Field(default_factory=list)
+    problems: list[dict[str, str]] = Field(default_factory=list)
+    applied: bool = False
+    action: str | None = None
+
+
+# -- health ---------------------------------------------------------------------------------
+class Liveness(BaseModel):
+    status: Literal["ok"]
+
+
+class Check(BaseModel):
+    ok: bool
+    detail: str
+    seconds: float
+
+
+class Readiness(BaseModel):
+    status: Literal["ok", "unavailable"]
+    checks: dict[str, Check]
+
+
+UserPlaces.model_rebuild()
+
+__all__ = [
+    "Bundle",
+    "Check",
+    "Cleared",
+    "CreateFile",
+    "ErrorBody",
+    "FactIn",
+    "FactList",
+    "FactOut",
+    "FactPatch",
+    "FileContent",
+    "FileEntry",
+    "FileList",
+    "ImportPlaceResult",
+    "ImportResult",
+    "IndexText",
+    "Liveness",
+    "NewSession",
+    "PatchFile",
+    "PlaceInfo",
+    "PlaceSummary",
+    "ProfileBody",
+    "Readiness",
+    "ReplaceFile",
+    "RunRequest",
+    "RunResponse",
+    "SavedFile",
+    "SessionDebug",
+    "SnapshotView",
+    "UserPlaces",
+]

@@ -1,0 +1,48 @@
+"""Session ids bound to their user, so no caller can reach another user's session summary.
+
+Why: session summaries are stored by session id alone (``sessions/session-<id>.md``), and a
+run injects the summary of the session it names. If a caller could name any id, user B could
+pass user A's session id and read A's conversation summary in the answer. With binding on
+(``server.bind_sessions``), a usable id is ``<base>-<tag>`` where ``tag`` is a hash of (user,
+base): the server mints such ids, and an id that is not bound to the caller is bound on arrival
+(``chat-42`` -> ``chat-42-<tag for this user>``). Naming someone else's id therefore only ever
+reaches a session of one's own. No secret is needed: the tag binds, it does not authenticate —
+knowing A's id does not help B, because B's requests are checked against B's tag.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import uuid
+
+from ..config import ServerConfig
+from ..errors import InvalidName
+from ..layout import validate_id
+
+SESSION_TAG_CHARS = 12
+MAX_BASE_CHARS = 128 - SESSION_TAG_CHARS - 1
+
+
+def session_tag(user_id: str, base: str) -> str:
+    digest = hashlib.sha256(f"harness-memory-session\x00{user_id}\x00{base}".encode()).hexdigest()
+    return digest[:SESSION_TAG_CHARS]
+
+
+def session_owned_by(user_id: str, session_id: str) -> bool:
+    base, sep, tag = session_id.rpartition("-")
+    return bool(sep and base) and len(tag) == SESSION_TAG_CHARS and hmac.compare_digest(
+        tag, session_tag(user_id, base))
+
+
+def bind_session(user_id: str, session_id: str | None, cfg: ServerConfig) -> tuple[str, bool]:
+    """(the session id to use, whether it is new). Raises InvalidName for a malformed id."""
+    if session_id is None:
+        base = "s" + uuid.uuid4().hex[:20]
+        return (f"{base}-{session_tag(user_id, base)}" if cfg.bind_sessions else base), True
+    validate_id(session_id, "session id")
+    if not cfg.bind_sessions or session_owned_by(user_id, session_id):
+        return session_id, False
+    if len(session_id) > MAX_BASE_CHARS:
+        raise InvalidName(f"session id is longer than {MAX_BASE_CHARS} characters")
+    return f"{session_id}-{session_tag(user_id, session_id)}", False

@@ -1,0 +1,145 @@
+"""``make serve`` on the embedded defaults answers health and a memory round trip, and the
+README's curl examples (docs/http.md) work as written against it.
+
+The server runs as the operator starts it: ``make serve SERVE_PORT=<free port>`` with HOME pointed at a
+temp dir (so the default local store ``~/.harness`` is private to the test) and no
+``HARNESS_MEMORY_*`` variables. ``-o <stamp>`` tells make the venv is installed (the test runs in
+it); without it a stale stamp would make ``make`` reinstall the package first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT
+from tests.servers import free_ports
+
+DOCS = ROOT / "docs" / "http.md"
+START_DEADLINE = 60.0
+
+
+def venv_stamp() -> str:
+    """The Makefile's stamp file name (``.venv/.installed-<cksum of pyproject.toml>``)."""
+    out = subprocess.run("cat pyproject.toml | cksum | cut -d' ' -f1", shell=True, cwd=ROOT, check=True,
+                         capture_output=True, text=True).stdout.strip()
+    return f".venv/.installed-{out}"
+
+
+def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, headers=headers or {})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(request, timeout=5) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """(base URL, HOME) of a ``make serve`` process, stopped (its whole process group) afterwards."""
+    port = free_ports(1)[0]
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HARNESS_MEMORY_")}
+    env.update(HOME=str(home), AGNO_TELEMETRY="false", NO_PROXY="127.0.0.1")
+    log = (tmp_path / "serve.log").open("wb")
+    proc = subprocess.Popen(["make", "-o", venv_stamp(), "serve", f"SERVE_PORT={port}"], cwd=ROOT, env=env,
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + START_DEADLINE
+        while True:
+            try:
+                if get(f"{base}/health/live")[0] == 200:
+                    break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"make serve did not come up:\n{(tmp_path / 'serve.log').read_text()[-3000:]}")
+            time.sleep(0.2)
+        yield base, home
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)  # make and the server it started: our own group
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
+        log.close()
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> bool:
+        return False
+
+
+def test_make_serve_health_and_memory_round_trip(served: tuple[str, Path]) -> None:
+    base, home = served
+    status, body = get(f"{base}/health/ready")
+    checks = json.loads(body)["checks"]
+    assert status == 200 and checks["redis"]["detail"] == "not configured (in-process mode)"
+    assert checks["store"]["detail"] == "local directory reachable"
+
+    content = "---\nname: trip\ndescription: business trip next week\ntype: project\n---\n\nTokyo.\n"
+    url = f"{base}/users/me/agents/default/memory/files/trip.md"
+    put = urllib.request.Request(url, method="PUT", data=json.dumps({"content": content}).encode(),
+                                 headers={"wid": "u1", "Content-Type": "application/json"})
+    with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(put, timeout=10) as resp:
+        assert resp.status == 201
+    on_disk = home / ".harness" / "users" / "u1" / "agent-memory" / "default"
+    assert (on_disk / "trip.md").read_text() == content
+    assert "- [trip](trip.md) — business trip next week" in (on_disk / "MEMORY.md").read_text()
+    status, body = get(url + "?raw=true", {"wid": "u1"})
+    assert status == 200 and body.decode() == content
+
+    run = urllib.request.Request(f"{base}/agents/default/runs", method="POST",
+                                 data=b'{"message": "hi"}', headers={"wid": "u1", "Content-Type": "application/json"})
+    try:
+        urllib.request.build_opener(urllib.request.ProxyHandler({})).open(run, timeout=10)
+        raise AssertionError("a run without a model must not succeed")
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 503 and "HARNESS_MEMORY_MODEL" in json.loads(exc.read())["detail"]
+
+
+def runnable_examples() -> str:
+    """The ```bash blocks of docs/http.md (the ```sh blocks need a model or are shell sessions)."""
+    return "\n".join(re.findall(r"```bash\n(.*?)```", DOCS.read_text(encoding="utf-8"), flags=re.DOTALL))
+
+
+def test_the_documented_curl_examples_work_as_written(served: tuple[str, Path], tmp_path: Path) -> None:
+    base, home = served
+    script = runnable_examples().replace("127.0.0.1:8765", base.removeprefix("http://"))
+    assert script.count("curl ") >= 14
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    out = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=workdir, capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"})
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    for fragment in ['"status":"ok"', '"file":"user_role.md","created":true', '"count":1',
+                     "TypeScript and Vue.\n", '"text":"# Memory index\\n\\n- [user role](user_role.md)',
+                     '"content":"Business trip to Tokyo next week"', '"deleted_files":2', '"written":2',
+                     '"mode":"replace"', "204\n", '"code":"forbidden"']:
+        assert fragment in text, (fragment, text[-2000:])
+    assert (workdir / "u1-memory.json").exists() and (workdir / "u1-memory.zip").exists()
+    place = home / ".harness" / "users" / "u1"
+    assert not (place / "agent-memory" / "default" / "user_role.md").exists()
+    facts = list((place / "projects" / "default" / "memory").glob("fact-*.md"))
+    assert len(facts) == 1 and "Business trip to Tokyo next week" in facts[0].read_text()
