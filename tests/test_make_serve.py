@@ -1,5 +1,5 @@
 """``make serve`` on the embedded defaults answers health and a memory round trip, and the
-README's curl examples (docs/http.md) work as written against it.
+README.s curl examples work as written against it.
 
 The server runs as the operator starts it: ``make serve SERVE_PORT=<free port>`` with HOME pointed at a
 temp dir (so the default local store ``~/.harness`` is private to the test) and no
@@ -26,7 +26,7 @@ import pytest
 from tests.helpers import ROOT
 from tests.servers import free_ports
 
-DOCS = ROOT / "docs" / "http.md"
+DOCS = ROOT / "README.md"
 START_DEADLINE = 60.0
 
 
@@ -119,7 +119,7 @@ def test_make_serve_health_and_memory_round_trip(served: tuple[str, Path]) -> No
 
 
 def runnable_examples() -> str:
-    """The ```bash blocks of docs/http.md (the ```sh blocks need a model or are shell sessions)."""
+    """The ```bash blocks of README.md (the ```sh blocks need a model or are shell sessions)."""
     return "\n".join(re.findall(r"```bash\n(.*?)```", DOCS.read_text(encoding="utf-8"), flags=re.DOTALL))
 
 
