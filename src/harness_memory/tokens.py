@@ -142,8 +142,10 @@ def count_tokens(text: str) -> int:
         return estimate_tokens(text)
 
 
-def _content_text(content: Any) -> str:
-    """Text of a message content: a string, or a list of parts (``{"type": "text", "text": …}``)."""
+def content_text(content: Any) -> str:
+    """Text of a message content: a string, or a list of parts (text parts only:
+    ``{"type": "text", "text": …}``, plain strings, objects with ``.text``). Shared by token
+    counting and auto-memory capture so both read a message the same way."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -153,7 +155,7 @@ def _content_text(content: Any) -> str:
         for part in content:
             if isinstance(part, str):
                 parts.append(part)
-            elif isinstance(part, dict):
+            elif isinstance(part, dict) and part.get("type", "text") == "text":
                 value = part.get("text")
                 if isinstance(value, str):
                     parts.append(value)
@@ -162,7 +164,7 @@ def _content_text(content: Any) -> str:
                 if isinstance(value, str):
                     parts.append(value)
         return "\n".join(parts)
-    return str(content)
+    return ""  # not text (numbers, objects): nothing to count or remember
 
 
 def _field(message: Any, name: str) -> Any:
@@ -183,7 +185,7 @@ def count_message_tokens(messages: Iterable[Any]) -> int:
         count += 1
         total += MESSAGE_OVERHEAD_TOKENS
         total += count_tokens(str(_field(message, "role") or ""))
-        total += count_tokens(_content_text(_field(message, "content")))
+        total += count_tokens(content_text(_field(message, "content")))
         calls = _field(message, "tool_calls")
         if calls:
             total += count_tokens(str(calls))

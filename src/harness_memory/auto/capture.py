@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from ..tokens import estimate_tokens
+from ..tokens import content_text, estimate_tokens
 from .model import CapturedMessage, Signals
 
 MAX_CAPTURE_CHARS = 8000
@@ -63,25 +63,6 @@ _REINFORCEMENT_PATTERNS = [re.compile(p, re.IGNORECASE) for p in (
 _NEGATION_BEFORE = re.compile(r"(?:不|没|别|\bnot\s+|n't\s+|\bnever\s+)$", re.IGNORECASE)
 
 
-def message_text(content: Any) -> str:
-    """Text of an agno message content: a string or a list of parts (text parts only)."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts: list[str] = []
-        for part in content:
-            if isinstance(part, str):
-                parts.append(part)
-            elif isinstance(part, dict) and part.get("type", "text") == "text":
-                value = part.get("text")
-                if isinstance(value, str):
-                    parts.append(value)
-        return "\n".join(parts)
-    return ""
-
-
 def strip_injected(text: str) -> str:
     """The user's own words: injected reminder/memory/summary/upload blocks removed."""
     text = _SUMMARY_WRAPPER.sub("", text, count=1)
@@ -105,7 +86,7 @@ def capture_messages(messages: Iterable[Any], run_id: str | None = None) -> list
             continue
         if role == "assistant" and _get(msg, "tool_calls"):
             continue
-        text = message_text(_get(msg, "content"))
+        text = content_text(_get(msg, "content"))
         if role == "user":
             text = strip_injected(text)
         text = text.strip()

@@ -34,8 +34,8 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from ..errors import MemoryFormatError, PreconditionFailed, StorageError
-from ..memdir import Manifest, ManifestEntry, MemoryDir, MemoryFile, MemoryType, parse_memory, render_index
+from ..errors import MemoryFormatError, StorageError
+from ..memdir import Manifest, ManifestEntry, MemoryDir, MemoryFile, MemoryType, parse_memory
 from .model import FACT_PREFIX, PROFILE_FILE, Category, Fact, Profile, ProfileKey
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,6 @@ STATE_FILE = ".auto-state.json"
 META_KEY = "auto_memory"
 MAX_MARK_KEYS = 256
 MAX_MARK_SESSIONS = 100
-_COMMIT_ATTEMPTS = 6
 _SECTION_HEAD = re.compile(r"^##\s+(.+?)\s*$", re.MULTILINE)
 _TITLE_TO_KEY = {k.title.lower(): k for k in ProfileKey} | {k.value.lower(): k for k in ProfileKey}
 
@@ -323,9 +322,7 @@ class AutoTxn:
                                          now=now)
 
     def _commit_manifest(self, entries: dict[str, ManifestEntry], now: float) -> None:
-        d = self.place.dir
-        manifest, etag = self.manifest, self.etag
-        for _attempt in range(_COMMIT_ATTEMPTS):
+        def mutate(manifest: Manifest) -> None:
             manifest.entries.update(entries)
             for fid in self._deleted:
                 manifest.entries.pop(fid + ".md", None)
@@ -333,24 +330,9 @@ class AutoTxn:
             if profile_entry is not None and (self._profile_changed or PROFILE_FILE in entries):
                 manifest.meta[META_KEY] = {"version": 1, "profile": self.view.profile.to_json(),
                                            "profile_stamp": profile_entry.updated_at}
-            manifest.updated_at = now
-            payload = manifest.to_bytes()
-            try:
-                if etag is None:
-                    d.store.put_if_absent(d.manifest_key, payload, content_type="application/json")
-                else:
-                    d.store.put_if_match(d.manifest_key, payload, etag, content_type="application/json")
-                break
-            except PreconditionFailed:
-                manifest, etag = d.load_manifest()
-        else:
-            raise StorageError(f"the index of {d.place.label} kept changing under us; try again")
-        self.manifest = manifest
-        try:
-            d.store.put(d.index_key, render_index(manifest).encode("utf-8"),
-                        content_type="text/markdown; charset=utf-8")
-        except StorageError as exc:
-            log.warning("MEMORY.md of %s not refreshed (%s); the manifest is current", d.place.label, exc)
+
+        # Under the place lock (held by the caller), starting from the manifest read in it.
+        self.manifest = self.place.dir.commit_locked(mutate, start=(self.manifest, self.etag))
 
 
 def _parse_or_none(data: bytes | None) -> MemoryFile | None:

@@ -161,7 +161,7 @@ class MemoryDir:
                     entry = ManifestEntry.from_memory(file, memory, len(data),
                                                       created_at=prior_entry.created_at if prior_entry else None)
                     results.append(SaveResult(file, prior is None, entry))
-                self._commit(lambda m: m.entries.update({r.file: r.entry for r in results}))
+                self.commit_locked(lambda m: m.entries.update({r.file: r.entry for r in results}))
             except Exception:
                 for key, data in previous.items():
                     self._rollback(key, data)
@@ -198,14 +198,14 @@ class MemoryDir:
             manifest, _ = self.load_manifest()
             if not existed and file not in manifest.entries:
                 return False
-            self._commit(lambda m: m.entries.pop(file, None))
+            self.commit_locked(lambda m: m.entries.pop(file, None))
             self.store.delete(key)
             return True
 
     def update_meta(self, mutate: Callable[[Manifest], None]) -> Manifest:
         """Change the manifest's ``meta`` (or entries) under the place lock."""
         with self.locker.hold(self.place.lock_name()):
-            return self._commit(mutate)
+            return self.commit_locked(mutate)
 
     def clear(self) -> int:
         """Delete every memory file, the manifest and MEMORY.md of this place."""
@@ -236,7 +236,7 @@ class MemoryDir:
                 fresh.entries[rel] = ManifestEntry.from_memory(
                     rel, memory, len(obj.data), created_at=prior.created_at if prior else info.last_modified,
                     now=info.last_modified)
-            return self._commit(lambda m: (m.entries.clear(), m.entries.update(fresh.entries)))
+            return self.commit_locked(lambda m: (m.entries.clear(), m.entries.update(fresh.entries)))
 
     # -- internals ------------------------------------------------------------------------
     def _write_locked(self, file: str, memory: MemoryFile, data: bytes) -> SaveResult:
@@ -253,7 +253,7 @@ class MemoryDir:
         entry = ManifestEntry.from_memory(file, memory, len(data), created_at=created_at)
         self.store.put(key, data, content_type="text/markdown; charset=utf-8")
         try:
-            self._commit(lambda m: m.entries.__setitem__(file, entry))
+            self.commit_locked(lambda m: m.entries.__setitem__(file, entry))
         except Exception:
             self._rollback(key, previous.data if previous else None)
             raise
@@ -266,10 +266,16 @@ class MemoryDir:
             else:
                 self.store.put(key, previous)
 
-    def _commit(self, mutate: Callable[[Manifest], object]) -> Manifest:
-        """Read-modify-write the manifest (conditional PUT, retried), then re-render MEMORY.md."""
+    def commit_locked(self, mutate: Callable[[Manifest], object],
+                start: tuple[Manifest, str | None] | None = None) -> Manifest:
+        """Read-modify-write the manifest (conditional PUT, retried), then re-render MEMORY.md.
+
+        The caller must hold the place lock. ``start`` is a manifest (and its etag) the caller
+        already read under that lock, saving one GET; on a conflict it is read again.
+        """
         for _attempt in range(COMMIT_ATTEMPTS):
-            manifest, etag = self.load_manifest()
+            manifest, etag = start if start is not None else self.load_manifest()
+            start = None
             mutate(manifest)
             manifest.updated_at = time.time()
             payload = manifest.to_bytes()
