@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -37,7 +36,6 @@ log = logging.getLogger(__name__)
 #: agno tools that would shadow or duplicate ours (agno's own file and user-memory tools).
 REPLACED_TOOL_NAMES = frozenset(TOOL_NAMES) | {"update_user_memory", "update_profile"}
 _FILE_TOOLKIT_CLASSES = ("FileTools", "LocalFileSystemTools")
-SHARED_INDEX_TTL = 30.0
 UNAVAILABLE_INDEX = ("> The memory store could not be read when this conversation started; the tools may work "
                      "later. Do not tell the user their memories are gone.")
 
@@ -192,23 +190,8 @@ def warn_if_context_dropped(agent: Agent) -> None:
 
 
 def cached_shared_index(services: MemoryServices, shared: MemoryDir) -> CappedText:
-    """The shared place's index, cached per pod for ``SHARED_INDEX_TTL`` s.
-
-    Why: every build reads it, it changes rarely, and the cache saves one request per build.
-    A save through this pod's tools refreshes it on the next build after the TTL.
-    """
-    cache: dict[str, tuple[float, CappedText]] = services.__dict__.setdefault("_shared_index_cache", {})
-    now = time.monotonic()
-    hit = cache.get(shared.place.prefix)
-    if hit is not None and hit[0] > now:
-        return hit[1]
-    try:
-        text = shared.index_text()
-    except Exception as exc:
-        log.warning("shared memory index unavailable (%s)", exc)
-        return hit[1] if hit else CappedText("", False, 0)
-    cache[shared.place.prefix] = (now + SHARED_INDEX_TTL, text)
-    return text
+    """The shared place's index for the prompt (cached per pod: ``MemoryServices.shared_view``)."""
+    return services.shared_view(shared)[1]
 
 
 # -- helpers -------------------------------------------------------------------------------

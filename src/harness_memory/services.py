@@ -8,7 +8,9 @@ AgentOS's deep copies), not rebuilt on every ``build_agent`` call.
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
+import time
 from dataclasses import dataclass, field
 
 import redis
@@ -18,8 +20,11 @@ from .config import MemoryConfig
 from .layout import Place
 from .llm import LightModel
 from .locks import LocalLocker, Locker, RedisLocker, make_redis
-from .memdir import MemoryDir
+from .memdir import CappedText, Manifest, MemoryDir
 from .storage import LocalStore, ObjectStore, make_store
+
+log = logging.getLogger(__name__)
+SHARED_VIEW_TTL = 30.0
 
 
 @dataclass
@@ -29,6 +34,8 @@ class MemoryServices:
     redis: redis.Redis | None
     locker: Locker
     _closed: bool = field(default=False, repr=False)
+    _cache_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _shared_views: dict[str, tuple[float, Manifest, CappedText]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_config(cls, config: MemoryConfig) -> MemoryServices:
@@ -66,6 +73,33 @@ class MemoryServices:
 
     def shared_auto_dir(self, project: str | None = None) -> MemoryDir:
         return self.memdir(Place.shared_auto(project or self.config.agent.project, self.key_prefix))
+
+    def shared_view(self, shared: MemoryDir) -> tuple[Manifest, CappedText]:
+        """A shared place's manifest and capped index, cached per pod for ``SHARED_VIEW_TTL`` s.
+
+        Why: every agent build (prompt) and every recall reads the shared agent memory, which
+        changes rarely; one cached read serves both and saves a request per build. A store
+        failure answers with the last known view (or an empty one) and a warning.
+        """
+        now = time.monotonic()
+        with self._cache_lock:
+            hit = self._shared_views.get(shared.place.prefix)
+        if hit is not None and hit[0] > now:
+            return hit[1], hit[2]
+        try:
+            manifest = shared.manifest()
+            index = shared.index_text(manifest)
+        except Exception as exc:  # a dead store must not stop the build
+            log.warning("shared memory %s unavailable (%s)", shared.place.label, exc)
+            return (hit[1], hit[2]) if hit else (Manifest(), CappedText("", False, 0))
+        with self._cache_lock:
+            self._shared_views[shared.place.prefix] = (now + SHARED_VIEW_TTL, manifest, index)
+        return manifest, index
+
+    def forget_shared_view(self, shared: MemoryDir) -> None:
+        """Drop the cached view after this pod changed the shared place."""
+        with self._cache_lock:
+            self._shared_views.pop(shared.place.prefix, None)
 
     def light_model(self) -> LightModel | None:
         """The light model for memory work (summaries, extraction, recall); None if unconfigured.

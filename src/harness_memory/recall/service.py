@@ -2,7 +2,7 @@
 
 Why it reuses the caller's manifest: ``build_agent`` has already read the user's manifest for the
 MEMORY.md prompt; recall then costs the shared place's manifest (cached per pod for
-``SHARED_MANIFEST_TTL`` s), one light-model call, and one GET per chosen file (concurrent).
+``services.SHARED_VIEW_TTL`` s), one light-model call, and one GET per chosen file (concurrent).
 Shared-place memories take part under the names ``shared/<file>`` (as the tools name them).
 
 Nothing here may fail the agent: every error is logged and the result is an empty block.
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from dataclasses import dataclass
 
 from ..memdir import Manifest, MemoryDir
@@ -23,9 +22,7 @@ from .surfaced import SurfacedTracker
 
 log = logging.getLogger(__name__)
 
-SHARED_MANIFEST_TTL = 30.0
 _TRACKER_KEY = "_recall_surfaced_tracker"
-_SHARED_CACHE_KEY = "_recall_shared_manifests"
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,22 +51,8 @@ def surfaced_tracker(services: MemoryServices) -> SurfacedTracker:
 
 
 def cached_shared_manifest(services: MemoryServices, shared: MemoryDir) -> Manifest:
-    """The shared place's manifest, cached per pod briefly (it changes rarely; every build needs it).
-
-    A store failure answers with the last known manifest (or an empty one) and a warning.
-    """
-    cache: dict[str, tuple[float, Manifest]] = services.__dict__.setdefault(_SHARED_CACHE_KEY, {})
-    now = time.monotonic()
-    hit = cache.get(shared.place.prefix)
-    if hit is not None and hit[0] > now:
-        return hit[1]
-    try:
-        manifest = shared.manifest()
-    except Exception as exc:  # a dead store must not stop the build
-        log.warning("recall: shared memory manifest unavailable (%s)", exc)
-        return hit[1] if hit else Manifest()
-    cache[shared.place.prefix] = (now + SHARED_MANIFEST_TTL, manifest)
-    return manifest
+    """The shared place's manifest (cached per pod: ``MemoryServices.shared_view``)."""
+    return services.shared_view(shared)[0]
 
 
 def combined_manifest(own: Manifest, shared: Manifest | None) -> Manifest:
