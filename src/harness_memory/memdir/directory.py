@@ -15,12 +15,13 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from ..config import LimitsConfig
 from ..errors import MemoryFormatError, ObjectNotFound, PreconditionFailed, StorageError
 from ..layout import INDEX_FILE, MANIFEST_FILE, Place, validate_filename
 from ..locks import LocalLocker, Locker
-from ..storage.base import ObjectStore
+from ..storage.base import ObjectStore, StoredObject
 from .index import CappedText, Manifest, ManifestEntry, cap_index, parse_index, render_index
 from .model import MemoryFile, parse_memory
 
@@ -142,7 +143,7 @@ class MemoryDir:
         if len({f for f, _, _ in checked}) != len(checked):
             raise MemoryFormatError("the same file name appears twice in one batch")
         with self.locker.hold(self.place.lock_name()):
-            manifest, _ = self.load_manifest()
+            manifest, etag = self.load_manifest()
             new_files = [f for f, _, _ in checked if f not in manifest.entries]
             if len(manifest.entries) + len(new_files) > self.limits.max_files_per_place:
                 raise MemoryFormatError(
@@ -161,7 +162,8 @@ class MemoryDir:
                     entry = ManifestEntry.from_memory(file, memory, len(data),
                                                       created_at=prior_entry.created_at if prior_entry else None)
                     results.append(SaveResult(file, prior is None, entry))
-                self.commit_locked(lambda m: m.entries.update({r.file: r.entry for r in results}))
+                self.commit_locked(lambda m: m.entries.update({r.file: r.entry for r in results}),
+                                   start=(manifest, etag))
             except Exception:
                 for key, data in previous.items():
                     self._rollback(key, data)
@@ -174,7 +176,8 @@ class MemoryDir:
         if not old:
             raise MemoryFormatError("old_chunk must not be empty; use save_file to rewrite a whole file")
         with self.locker.hold(self.place.lock_name()):
-            current = self.read(file).text
+            current_obj = self.store.get(self.place.key(file))
+            current = current_obj.data.decode("utf-8", errors="replace")
             count = current.count(old)
             if count == 0:
                 raise MemoryFormatError(
@@ -187,7 +190,7 @@ class MemoryDir:
                 )
             updated = current.replace(old, new)
             memory = self.check_content(updated)
-            return self._write_locked(file, memory, updated.encode("utf-8"))
+            return self._write_locked(file, memory, updated.encode("utf-8"), previous=current_obj)
 
     def delete(self, file: str) -> bool:
         """Remove a memory file and its index entry; False when it did not exist."""
@@ -239,11 +242,15 @@ class MemoryDir:
             return self.commit_locked(lambda m: (m.entries.clear(), m.entries.update(fresh.entries)))
 
     # -- internals ------------------------------------------------------------------------
-    def _write_locked(self, file: str, memory: MemoryFile, data: bytes) -> SaveResult:
+    def _write_locked(self, file: str, memory: MemoryFile, data: bytes,
+                      previous: StoredObject | Literal["unread"] | None = "unread") -> SaveResult:
+        """Write the file and commit its entry (the caller holds the place lock). ``previous`` is the
+        file's current object when the caller already read it (saves a GET)."""
         key = self.place.key(file)
-        manifest, _ = self.load_manifest()
+        manifest, etag = self.load_manifest()
         prior_entry = manifest.entries.get(file)
-        previous = self.store.get_or_none(key)
+        if previous == "unread":
+            previous = self.store.get_or_none(key)
         if previous is None and prior_entry is None and len(manifest.entries) >= self.limits.max_files_per_place:
             raise MemoryFormatError(
                 f"this memory directory already holds {len(manifest.entries)} files (the limit); "
@@ -253,7 +260,7 @@ class MemoryDir:
         entry = ManifestEntry.from_memory(file, memory, len(data), created_at=created_at)
         self.store.put(key, data, content_type="text/markdown; charset=utf-8")
         try:
-            self.commit_locked(lambda m: m.entries.__setitem__(file, entry))
+            self.commit_locked(lambda m: m.entries.__setitem__(file, entry), start=(manifest, etag))
         except Exception:
             self._rollback(key, previous.data if previous else None)
             raise
