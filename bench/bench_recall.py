@@ -79,7 +79,7 @@ def row(name: str, times: list[float], target: str = "") -> list[object]:
     return [name, len(times), p50(times), pct(times, 95), pct(times, 99), target]
 
 
-def bench_lexical() -> list[list[object]]:
+def bench_lexical(runs: int = 600) -> list[list[object]]:
     t0 = time.perf_counter()
     warm_up()
     jieba_ms = (time.perf_counter() - t0) * 1000
@@ -89,22 +89,22 @@ def bench_lexical() -> list[list[object]]:
 
     clear_caches()
     cold = []
-    for _ in range(5):
+    for _ in range(max(1, runs // 120)):
         clear_caches()
         cold += timed(lambda: find_relevant_memories(qs[0], manifest), 1)
     find_relevant_memories(qs[0], manifest)  # warm
-    it = iter(qs * 10)
-    warm = timed(lambda: find_relevant_memories(next(it), manifest), 600)
+    it = iter(qs * (runs // len(qs) + 1))
+    warm = timed(lambda: find_relevant_memories(next(it), manifest), runs)
     ok = "✅" if p50(warm) <= TARGET_MS else "❌"
     rows.append(row(f"lexical, {N} memories, warm index", warm, f"p50 ≤ {TARGET_MS:g} ms {ok}"))
 
     find_relevant_memories(qs[0], manifest, bodies=bodies)
-    it = iter(qs * 5)
+    it = iter(qs * (runs // len(qs) + 1))
     rows.append(row(f"lexical, {N} memories + bodies, warm index",
-                    timed(lambda: find_relevant_memories(next(it), manifest, bodies=bodies), 300)))
+                    timed(lambda: find_relevant_memories(next(it), manifest, bodies=bodies), runs // 2)))
 
     changed = []
-    for i in range(20):
+    for i in range(max(2, runs // 30)):
         entry = manifest.entries["mem_0000.md"]
         entry.description = f"changed description {i} about deploy checklists"
         changed += timed(lambda: find_relevant_memories(qs[1], manifest), 1)
@@ -133,7 +133,7 @@ def seed_place(services: MemoryServices, n: int) -> None:
     services.user_agent_dir("bench-user").save_many(items)
 
 
-def bench_end_to_end(backend: str, weed: object | None) -> list[list[object]]:
+def bench_end_to_end(backend: str, weed: object | None, runs: int = 100) -> list[list[object]]:
     cfg = config_for(backend, weed, recall={"use_model": False})  # type: ignore[arg-type]
     services = MemoryServices.from_config(cfg)
     try:
@@ -141,43 +141,49 @@ def bench_end_to_end(backend: str, weed: object | None) -> list[list[object]]:
         own = services.user_agent_dir("bench-user").manifest()
         qs = iter(queries(40) * 3)
         recall_for_query(services, "bench-user", "default", "deploy checklist", manifest=own)
-        times = timed(lambda: recall_for_query(services, "bench-user", "default", next(qs), manifest=own), 100)
+        times = timed(lambda: recall_for_query(services, "bench-user", "default", next(qs), manifest=own), runs)
         return [row(f"recall_for_query, {backend}, {N} memories, lexical, 5 GETs", times)]
     finally:
         services.close()
 
 
-def bench_model_path() -> list[list[object]]:
+def bench_model_path(runs: int = 50) -> list[list[object]]:
     manifest, _ = corpus(N)
     with ScriptedLLM() as server:
         server.set_handler(lambda req: text('{"files": ["mem_0001.md", "mem_0002.md"]}'))
         model = LightModel("fake-model", server.base_url, "k", timeout=10)
         qs = iter(queries(30) * 2)
         find_relevant_memories("warm up", manifest, model=model)
-        times = timed(lambda: find_relevant_memories(next(qs), manifest, model=model), 50)
+        times = timed(lambda: find_relevant_memories(next(qs), manifest, model=model), runs)
         tiny = [{"role": "user", "content": "hi"}]
-        floor = timed(lambda: model.complete(tiny, json_mode=True), 50)
+        floor = timed(lambda: model.complete(tiny, json_mode=True), runs)
         model.close()
     entries = manifest.sorted_entries()
     prep_qs = iter(queries(30) * 4)
-    prep = timed(lambda: build_messages("q", candidate_entries(next(prep_qs), entries, 200), 5), 100)
+    prep = timed(lambda: build_messages("q", candidate_entries(next(prep_qs), entries, 200), 5), 2 * runs)
     return [row(f"model path: prefilter {N} → 200 lines + request text (no HTTP)", prep),
             row(f"model path, {N} memories, full round trip to an instant scripted model", times),
             row("… of which loopback floor: a 1-line completion to the same scripted server", floor)]
 
 
-def main(argv: list[str]) -> None:
-    print(f"# Relevant recall ({machine()})\n")
-    rows = bench_lexical()
-    rows += bench_model_path()
-    rows += bench_end_to_end("local", None)
-    if "--no-cos" not in argv:
+def run(quick: bool = False, cos: bool = True) -> str:
+    """The recall tables as markdown (``quick``: a few runs each, no SeaweedFS rows)."""
+    rows = bench_lexical(20 if quick else 600)
+    rows += bench_model_path(3 if quick else 50)
+    rows += bench_end_to_end("local", None, 5 if quick else 100)
+    if cos and not quick:
         with servers(redis=False) as (weed, _):
             rows += bench_end_to_end("cos", weed)
-    print(table(["scenario", "runs", "p50 ms", "p95 ms", "p99 ms", "target"], rows))
-    print()
-    print(labelled_accuracy())
-    print(f"tokens of a sample query: {tokenize('生产环境的部署流程 checklist for payments-api')}")
+    return "\n\n".join([
+        f"### Relevant recall ({machine()})",
+        table(["scenario", "runs", "p50 ms", "p95 ms", "p99 ms", "target"], rows),
+        labelled_accuracy() + "\n\n"
+        + f"tokens of a sample query: {tokenize('生产环境的部署流程 checklist for payments-api')}",
+    ])
+
+
+def main(argv: list[str]) -> None:
+    print(run(quick="--quick" in argv, cos="--no-cos" not in argv))
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import random
 import re
-import tempfile
 import time
 from typing import Any
 
@@ -42,7 +41,7 @@ from harness_memory.session import (
 from harness_memory.session.summary import PROMPT_MARKER
 from harness_memory.tokens import count_message_tokens, count_tokens, tokenizer_status
 
-from .common import p50, pct, table
+from .common import p50, pct, scratch_dir, table
 
 WARMUP = 50
 RUNS = 1000
@@ -52,7 +51,7 @@ CHECKPOINTS = (10, 25, 50, 100, 150, 200)
 
 def make_config(redis_url: str | None, llm: ScriptedLLM | None, **session: Any) -> MemoryConfig:
     data: dict[str, Any] = {
-        "store": {"backend": "local", "local_root": tempfile.mkdtemp(prefix="hm-bench-sess-") + "/.harness"},
+        "store": {"backend": "local", "local_root": scratch_dir("hm-bench-sess-") + "/.harness"},
         "session": session,
     }
     if redis_url:
@@ -79,24 +78,24 @@ def run_output(i: int, session_id: str) -> RunOutput:
     return RunOutput(run_id=f"r{i}", session_id=session_id, messages=messages)
 
 
-def hook_overhead(mode: str, redis_url: str | None) -> list[list[Any]]:
+def hook_overhead(mode: str, redis_url: str | None, runs: int = RUNS, warmup: int = WARMUP) -> list[list[Any]]:
     services = MemoryServices.from_config(make_config(redis_url, None, first_threshold_tokens=10**9))
     manager = session_manager_for(services)
     hook = make_session_post_hook(manager)
-    outputs = [run_output(i, f"bench-{i % 50}") for i in range(WARMUP + 2 * RUNS)]
+    outputs = [run_output(i, f"bench-{i % 50}") for i in range(warmup + 2 * runs)]
     hook_only: list[float] = []
     end_to_end: list[float] = []
-    for n, out in enumerate(outputs[: WARMUP + RUNS]):
+    for n, out in enumerate(outputs[: warmup + runs]):
         t0 = time.perf_counter()
         hook(run_output=out)
         t1 = time.perf_counter()
         manager.flush(10)
         t2 = time.perf_counter()
-        if n >= WARMUP:
+        if n >= warmup:
             hook_only.append((t1 - t0) * 1000)
             end_to_end.append((t2 - t0) * 1000)
     direct: list[float] = []
-    for out in outputs[WARMUP + RUNS :]:
+    for out in outputs[warmup + runs :]:
         t0 = time.perf_counter()
         manager.collect_messages_sync(out.session_id or "s", out.messages or [])
         direct.append((time.perf_counter() - t0) * 1000)
@@ -142,7 +141,7 @@ def conversation_turn(rng: random.Random, i: int) -> list[dict[str, Any]]:
     return turn
 
 
-def context_size(redis_url: str) -> tuple[str, str]:
+def context_size(redis_url: str, turns: int = TURNS) -> tuple[str, str]:
     llm = ScriptedLLM().start()
     llm.set_handler(summariser)
     services = MemoryServices.from_config(make_config(redis_url, llm))
@@ -151,10 +150,11 @@ def context_size(redis_url: str) -> tuple[str, str]:
     sid = "bench-200"
     history: list[dict[str, Any]] = []
     rows: list[list[Any]] = []
-    for i in range(1, TURNS + 1):
+    checkpoints = CHECKPOINTS if turns == TURNS else (turns,)
+    for i in range(1, turns + 1):
         turn = conversation_turn(rng, i)
         nxt = turn[0]["content"]
-        if i in CHECKPOINTS:  # the context of turn i's request, before it runs
+        if i in checkpoints:  # the context of turn i's request, before it runs
             full = count_message_tokens([*history, {"role": "user", "content": nxt}])
             summary = manager.get_summary_sync(sid)
             batch = manager.buffer.pending(sid)
@@ -174,23 +174,26 @@ def context_size(redis_url: str) -> tuple[str, str]:
     llm.stop()
     sizes = table(["turns so far", "full history tok", "summary tok", "unsummarised tok",
                    "injected context tok", "injected / full"], rows)
-    cost = (f"{len(calls)} summary calls over {TURNS} turns ({count_message_tokens(history)} tokens of "
+    cost = (f"{len(calls)} summary calls over {turns} turns ({count_message_tokens(history)} tokens of "
             f"conversation); light-model prompt tokens in total: {prompt_tokens}")
     return sizes, cost
 
 
-def run() -> str:
+def run(quick: bool = False) -> str:
+    runs, warmup, turns = (20, 5, 6) if quick else (RUNS, WARMUP, TURNS)
     with RedisServer() as server:
-        overhead = hook_overhead("redis", server.url) + hook_overhead("local", None)
-        sizes, cost = context_size(server.url)
+        overhead = hook_overhead("redis", server.url, runs, warmup) + hook_overhead("local", None, runs, warmup)
+        sizes, cost = context_size(server.url, turns)
     return "\n\n".join([
-        f"### Session memory — post-hook overhead per run (ms, {RUNS} runs; tokenizer: {tokenizer_status()})",
+        f"### Session memory — post-hook overhead per run (ms, {runs} runs; tokenizer: {tokenizer_status()})",
         table(["mode", "what", "p50 ms", "p95 ms", "p99 ms"], overhead),
-        f"### Session memory — context size over a {TURNS}-turn conversation (default thresholds)",
+        f"### Session memory — context size over a {turns}-turn conversation (default thresholds)",
         sizes,
         cost,
     ])
 
 
 if __name__ == "__main__":
-    print(run())
+    import sys
+
+    print(run(quick="--quick" in sys.argv[1:]))

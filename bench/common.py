@@ -6,7 +6,9 @@ the COS protocol, a real redis-server), measured on this machine, side by side i
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -16,14 +18,59 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from harness_memory.config import MemoryConfig
 from tests.servers import RedisServer, SeaweedFS
+
+from harness_memory.config import MemoryConfig
 
 os.environ.setdefault("AGNO_TELEMETRY", "false")
 
 
+_scratch: list[str] = []
+
+
+def scratch_dir(prefix: str = "hm-bench-") -> str:
+    """A temporary directory removed when the bench process exits (local stores, SQLite, configs)."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    _scratch.append(path)
+    return path
+
+
+@atexit.register
+def _remove_scratch() -> None:
+    for path in _scratch:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+_shared: tuple[SeaweedFS, RedisServer] | None = None
+_buckets: list[tuple[SeaweedFS, str]] = []
+
+
+@contextmanager
+def shared_servers(weed: SeaweedFS, red: RedisServer) -> Iterator[None]:
+    """Make ``servers()`` hand out these running servers instead of starting its own (the smoke
+    test passes the test session's servers; saves a SeaweedFS start per bench)."""
+    global _shared
+    previous, _shared = _shared, (weed, red)
+    try:
+        yield
+    finally:
+        _shared = previous
+
+
 @contextmanager
 def servers(redis: bool = True) -> Iterator[tuple[SeaweedFS, RedisServer | None]]:
+    """A SeaweedFS (and a redis-server) on free 127.0.0.1 ports, stopped afterwards.
+
+    Under ``shared_servers`` the shared ones are used and the buckets made meanwhile are deleted."""
+    if _shared is not None:
+        start = len(_buckets)
+        try:
+            yield _shared[0], _shared[1] if redis else None
+        finally:
+            for server, bucket in _buckets[start:]:
+                server.delete_bucket(bucket)
+            del _buckets[start:]
+        return
     weed = SeaweedFS().start()
     red = RedisServer().start() if redis else None
     try:
@@ -40,11 +87,13 @@ def config_for(backend: str, weed: SeaweedFS | None = None, redis: RedisServer |
     if backend == "cos":
         assert weed is not None
         bucket = weed.create_bucket("b-" + uuid.uuid4().hex[:8])
+        if _shared is not None:  # deleted when the enclosing servers() block ends
+            _buckets.append((weed, bucket))
         store: dict[str, Any] = {"backend": "cos", "cos_bucket": bucket, "cos_domain": weed.domain_for(bucket),
                                  "cos_scheme": "http", "cos_anonymous": True, "cos_timeout": 10.0,
                                  "cos_retries": 0, "cos_conditional_put": "on"}
     else:
-        store = {"backend": "local", "local_root": tempfile.mkdtemp(prefix="hm-bench-") + "/.harness"}
+        store = {"backend": "local", "local_root": scratch_dir() + "/.harness"}
     data: dict[str, dict[str, Any]] = {"store": store}
     if redis is not None:
         data["redis"] = {"url": redis.url, "key_prefix": "b-" + uuid.uuid4().hex[:8] + ":"}

@@ -20,7 +20,7 @@ from agno.models.base import Model
 from agno.tools import Toolkit
 from agno.tools.function import Function
 
-from .auto import attach_auto_memory
+from .auto import attach_auto_memory, auto_memory_for
 from .config import MemoryConfig
 from .llm import ModelNotConfigured, make_agent_model
 from .memdir import CappedText, Manifest, MemoryDir
@@ -115,6 +115,9 @@ def _wire(agent: Agent, services: MemoryServices, user_id: str, agent_type: str,
     cfg = services.config
     own = services.user_agent_dir(user_id, agent_type)
     shared = services.shared_agent_dir(agent_type)
+    # The auto-memory block needs its own read: start it now, alongside the user's manifest.
+    auto_block = (services.store._pool.submit(auto_memory_for(services).render_injection, user_id)
+                  if cfg.auto.enabled else None)
     manifest = _load_manifest(own)
     notes: list[str] = []
     if manifest is not None:
@@ -134,8 +137,7 @@ def _wire(agent: Agent, services: MemoryServices, user_id: str, agent_type: str,
         max_lines=cfg.limits.index_max_lines,
         max_bytes=cfg.limits.index_max_bytes,
     )
-    memory_tools = MemoryTools(own, shared, shared_writable=cfg.agent.shared_write)
-    agent.tools = [memory_tools, *_filter_tools(list(agent.tools or []))]
+    agent.tools = [services.memory_tools(user_id, agent_type), *_filter_tools(list(agent.tools or []))]
     append_context(agent, prompt)
     if query and cfg.recall.enabled:
         recalled = recall_for_query(services, user_id, agent_type, query, session_id=agent.session_id,
@@ -148,10 +150,10 @@ def _wire(agent: Agent, services: MemoryServices, user_id: str, agent_type: str,
                                                 skip_first_query=query), *(agent.pre_hooks or [])]
     if cfg.session.enabled:
         attach_session_hooks(agent, session_manager_for(services))
-    if cfg.auto.enabled:
+    if auto_block is not None:
         # The reminder block (profile, facts by confidence, corrections, <current_date>) within the
         # token budget, plus the capture post-hook feeding the debounced background updater.
-        attach_auto_memory(agent, services, user_id, agent_type)
+        attach_auto_memory(agent, services, user_id, agent_type, block=auto_block.result())
     warn_if_context_dropped(agent)
     return agent
 

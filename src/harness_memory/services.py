@@ -11,6 +11,7 @@ import hashlib
 import logging
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import redis
@@ -22,9 +23,11 @@ from .llm import LightModel
 from .locks import LocalLocker, Locker, RedisLocker, make_redis
 from .memdir import CappedText, Manifest, MemoryDir
 from .storage import LocalStore, ObjectStore, make_store
+from .tools import MemoryTools
 
 log = logging.getLogger(__name__)
 SHARED_VIEW_TTL = 30.0
+TOOLS_CACHE_SIZE = 4096
 
 
 @dataclass
@@ -36,6 +39,7 @@ class MemoryServices:
     _closed: bool = field(default=False, repr=False)
     _cache_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _shared_views: dict[str, tuple[float, Manifest, CappedText]] = field(default_factory=dict, repr=False)
+    _tools: OrderedDict[tuple[str, str], MemoryTools] = field(default_factory=OrderedDict, repr=False)
 
     @classmethod
     def from_config(cls, config: MemoryConfig) -> MemoryServices:
@@ -100,6 +104,27 @@ class MemoryServices:
         """Drop the cached view after this pod changed the shared place."""
         with self._cache_lock:
             self._shared_views.pop(shared.place.prefix, None)
+
+    def memory_tools(self, user_id: str, agent_type: str = "default") -> MemoryTools:
+        """The user's ``MemoryTools``, cached per pod (bounded LRU).
+
+        Why: agno processes a toolkit's function schemas once per toolkit object; a toolkit made
+        per build costs ~6 ms per run. Sharing is safe: the toolkit holds no per-run state and
+        agno copies its functions per run.
+        """
+        key = (user_id, agent_type)
+        with self._cache_lock:
+            tools = self._tools.get(key)
+            if tools is not None:
+                self._tools.move_to_end(key)
+                return tools
+        tools = MemoryTools(self.user_agent_dir(user_id, agent_type), self.shared_agent_dir(agent_type),
+                            shared_writable=self.config.agent.shared_write)
+        with self._cache_lock:
+            self._tools[key] = tools
+            while len(self._tools) > TOOLS_CACHE_SIZE:
+                self._tools.popitem(last=False)
+        return tools
 
     def light_model(self) -> LightModel | None:
         """The light model for memory work (summaries, extraction, recall); None if unconfigured.

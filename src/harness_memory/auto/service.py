@@ -312,15 +312,19 @@ _registry_lock = threading.Lock()
 _OLD_BLOCK = re.compile(r"\n*<system-reminder>\n" + re.escape(INTRO) + r".*?</system-reminder>\n?", re.DOTALL)
 
 
-def attach_auto_memory(agent: Any, services: MemoryServices, user_id: str, agent_type: str = "default") -> str:
+def attach_auto_memory(agent: Any, services: MemoryServices, user_id: str, agent_type: str = "default",
+                       *, block: str | None = None) -> str:
     """Wire auto memory into an agno ``Agent``: the reminder block appended to
     ``additional_context`` and the post-hook appended to ``post_hooks``. Idempotent (a second call
     replaces the block and the hook instead of adding them twice). Returns the injected block
-    ('' when nothing is stored or ``auto.enabled`` is off). Never raises for a store failure."""
+    ('' when nothing is stored or ``auto.enabled`` is off). Never raises for a store failure.
+    ``block`` is a block the caller already rendered (``render_injection``), e.g. concurrently
+    with its other reads."""
     auto = auto_memory_for(services)
     if not auto.config.enabled:
         return ""
-    block = auto.render_injection(user_id)
+    if block is None:
+        block = auto.render_injection(user_id)
     existing = _OLD_BLOCK.sub("", agent.additional_context or "").rstrip()
     if block:
         agent.additional_context = f"{existing}\n\n{block}" if existing else block

