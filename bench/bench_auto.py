@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import random
 import re
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,7 +37,7 @@ from harness_memory.config import MemoryConfig
 from harness_memory.services import MemoryServices
 from harness_memory.tokens import count_message_tokens, count_tokens, tokenizer_status
 
-from .common import p50, pct, table
+from .common import p50, pct, scratch_dir, table
 
 try:  # session summaries come from the session-memory module (another engineer's): count them if present
     from harness_memory.session import make_session_post_hook, session_manager_for
@@ -165,7 +164,7 @@ def run_scenario(name: str, pace: Pace, auto_cfg: dict[str, Any], with_session: 
     llm = ScriptedLLM().start()
     llm.set_handler(server_counts)
     cfg = MemoryConfig.load(env={}, store={"backend": "local",
-                                           "local_root": tempfile.mkdtemp(prefix="hm-bench-auto-") + "/.harness"},
+                                           "local_root": scratch_dir("hm-bench-auto-") + "/.harness"},
                             model={"model": "fake-model", "base_url": llm.base_url, "api_key": "k"},
                             auto=auto_cfg)
     services = MemoryServices.from_config(cfg)
