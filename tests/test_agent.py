@@ -270,3 +270,11 @@ def test_build_agent_injects_auto_memory_and_captures_runs(make_config: Callable
     llm_server.set_handler(answer)
     build_agent("u-other", session_id="s2", config=cfg).run("hello")
     assert "Writes reports in Chinese" not in system_text(llm_server.chat_requests[0])
+
+
+def test_agents_share_one_model_and_arun_survives_new_event_loops(cfg: MemoryConfig, llm_server: ScriptedLLM) -> None:
+    first, second = build_agent("u1", config=cfg), build_agent("u2", config=cfg)
+    assert first.model is second.model  # one client and connection pool per process
+    llm_server.script(text("one"), text("two"))
+    assert asyncio.run(first.arun("hi")).content == "one"
+    assert asyncio.run(second.arun("hi")).content == "two"  # a new loop: a new async client, no error

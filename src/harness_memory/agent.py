@@ -22,7 +22,6 @@ from agno.tools.function import Function
 
 from .auto import attach_auto_memory, auto_memory_for
 from .config import MemoryConfig
-from .llm import ModelNotConfigured, make_agent_model
 from .memdir import CappedText, Manifest, MemoryDir
 from .prompt import PromptParts, render_agent_memory_prompt
 from .recall import make_recall_pre_hook, recall_for_query
@@ -72,7 +71,7 @@ def build_agent(
     cfg = config or default_config()
     services = services_for(cfg)
     if model is None:
-        model = _configured_model(cfg)
+        model = services.agent_model()
     agent_kwargs.setdefault("telemetry", False)
     agent = Agent(
         model=model,
@@ -197,31 +196,6 @@ def cached_shared_index(services: MemoryServices, shared: MemoryDir) -> CappedTe
 
 
 # -- helpers -------------------------------------------------------------------------------
-def _configured_model(cfg: MemoryConfig) -> Model:
-    try:
-        return make_agent_model(cfg.model)
-    except ModelNotConfigured as exc:
-        return UnconfiguredModel(str(exc))
-
-
-class UnconfiguredModel(Model):
-    """Stands in when no model is configured: the run fails with a message naming the setting.
-
-    Why not fail in build_agent: importing and building must work without credentials (tests,
-    the CLI, the control plane's memory endpoints); only running the model needs them.
-    """
-
-    def __init__(self, message: str) -> None:
-        super().__init__(id="unconfigured", name="unconfigured", provider="harness-memory")
-        self.message = message
-
-    def _fail(self, *args: Any, **kwargs: Any) -> Any:
-        raise ModelNotConfigured(self.message)
-
-    invoke = ainvoke = invoke_stream = ainvoke_stream = _fail
-    _parse_provider_response = _parse_provider_response_delta = _fail
-
-
 def _tool_name(tool: Any) -> str | None:
     if isinstance(tool, Function):
         return tool.name

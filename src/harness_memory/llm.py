@@ -71,9 +71,9 @@ def make_agent_model(cfg: ModelConfig) -> OpenAILike:
             "no agent model configured: set HARNESS_MEMORY_MODEL and HARNESS_MEMORY_BASE_URL "
             "(and HARNESS_MEMORY_API_KEY)"
         )
-    from agno.models.openai.like import OpenAILike  # agno is slow to import; only when needed
+    from .agent_model import LoopAwareOpenAILike  # agno is slow to import; only when needed
 
-    return OpenAILike(
+    return LoopAwareOpenAILike(
         id=cfg.model,
         base_url=cfg.base_url,
         api_key=_secret(cfg.api_key) or _NO_KEY,

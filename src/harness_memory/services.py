@@ -13,17 +13,21 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import redis
 from pydantic import SecretStr
 
 from .config import MemoryConfig
 from .layout import Place
-from .llm import LightModel
+from .llm import LightModel, ModelNotConfigured, make_agent_model
 from .locks import LocalLocker, Locker, RedisLocker, make_redis
 from .memdir import CappedText, Manifest, MemoryDir
 from .storage import LocalStore, ObjectStore, make_store
 from .tools import MemoryTools
+
+if TYPE_CHECKING:
+    from agno.models.base import Model
 
 log = logging.getLogger(__name__)
 SHARED_VIEW_TTL = 30.0
@@ -125,6 +129,22 @@ class MemoryServices:
             while len(self._tools) > TOOLS_CACHE_SIZE:
                 self._tools.popitem(last=False)
         return tools
+
+    def agent_model(self) -> Model:
+        """The configured agent model, built once and shared by every agent of this process
+        (``agent_model.py`` says why that is safe); an ``UnconfiguredModel`` naming the missing
+        setting when none is configured."""
+        with self._cache_lock:
+            model = self.__dict__.get("_agent_model")
+            if model is None:
+                from .agent_model import UnconfiguredModel  # agno loads only when agents are built
+
+                try:
+                    model = make_agent_model(self.config.model)
+                except ModelNotConfigured as exc:
+                    model = UnconfiguredModel(str(exc))
+                self.__dict__["_agent_model"] = model
+            return model
 
     def light_model(self) -> LightModel | None:
         """The light model for memory work (summaries, extraction, recall); None if unconfigured.
