@@ -414,3 +414,21 @@ def test_pre_hook_skips_the_query_recalled_at_build_time(services: Callable[...,
     agent.run("hello there")
     (only,) = llm_server.chat_requests
     assert only.last_user_text() == "hello there"
+
+
+def test_a_handful_of_memories_needs_no_model_call(services: Callable[..., MemoryServices],
+                                                   llm_server: ScriptedLLM) -> None:
+    svc = services(model={"model": "fake-model", "base_url": llm_server.base_url},
+                   recall={"model_above": 5})
+    mine = svc.user_agent_dir("u1", "default")
+    note = "---\nname: {n}\ndescription: {d}\ntype: project\n---\n\n{b}\n"
+    mine.save_many([("deploy.md", note.format(n="deploy", d="how to deploy to staging", b="make deploy")),
+                    ("style.md", note.format(n="style", d="python style rules", b="ruff"))])
+    block = recall_for_query(svc, "u1", "default", "how do I deploy to staging?")
+    assert "make deploy" in block and "ruff" not in block
+    assert llm_server.chat_requests == []  # two candidates: lexical, no model call
+    mine.save_many([(f"n{i}.md", note.format(n=f"n{i}", d=f"note {i} about staging", b=f"body {i}"))
+                    for i in range(6)])
+    llm_server.script(text('{"files": ["deploy.md"]}'))
+    assert "make deploy" in recall_for_query(svc, "u1", "default", "how do I deploy to staging?")
+    assert len(llm_server.chat_requests) == 1  # eight candidates: the model chooses

@@ -183,6 +183,8 @@ class RecallConfig(_Section):
     file_max_bytes: int = Field(4096, ge=256, description="Bytes per recalled file.")
     total_max_bytes: int = Field(16384, ge=1024, description="Bytes of all recalled files together.")
     use_model: bool = Field(True, description="Ask the light model (else lexical ranking only).")
+    model_above: int = Field(5, ge=0, description="Ask the model only when more memories than this are "
+                             "candidates (fewer: lexical ranking, no model call).")
     model_timeout: float = Field(
         8.0, gt=0, description="Seconds the light model may take to pick files; then lexical ranking answers."
     )

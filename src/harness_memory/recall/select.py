@@ -143,19 +143,23 @@ def find_relevant_memories(
     bodies: Mapping[str, str] | None = None,
     timeout: float = 8.0,
     max_candidates: int = 200,
+    model_above: int = 0,
 ) -> list[str]:
     """At most ``max_files`` (≤ 5) file names of ``manifest`` relevant to ``query``, best first.
 
     ``already_surfaced`` files are never returned (nor shown to the model). ``bodies`` (file →
     text), when the caller has them, improve the lexical ranking; they are never sent to the model.
-    Never raises for a model failure: the lexical ranking answers instead.
+    Never raises for a model failure: the lexical ranking answers instead. The model is only asked
+    when more than ``model_above`` memories are candidates: choosing among a handful is not worth a
+    model call (the lexical ranking returns only files that share words with the query).
     """
     max_files = max(1, min(int(max_files), MAX_FILES))
     surfaced = frozenset(already_surfaced)
     entries = manifest.sorted_entries()
     if not query or not query.strip() or all(e.file in surfaced for e in entries):
         return []
-    if model is not None:
+    candidates = sum(1 for e in entries if e.file not in surfaced)
+    if model is not None and candidates > model_above:
         picked = _ask_model(query, entries, surfaced, manifest.entries, model, max_files, timeout,
                             max_candidates)
         if picked is not None:

@@ -94,7 +94,7 @@ def recall(
     model = services.light_model() if cfg.use_model else None
     chosen = find_relevant_memories(query, combined, already_surfaced=surfaced, model=model,
                                     max_files=cfg.max_files, timeout=cfg.model_timeout,
-                                    max_candidates=cfg.max_candidates)
+                                    max_candidates=cfg.max_candidates, model_above=cfg.model_above)
     if not chosen:
         return EMPTY
     text, rendered = load_recalled(own, chosen, config=cfg, shared=shared, entries=combined.entries)
