@@ -235,3 +235,16 @@ def test_closing_the_services_flushes_auto_memory_first(make_config: Callable[..
     again = MemoryServices.from_config(cfg)
     assert [f.content for f in auto_memory_for(again).list_facts("u1")] == ["Likes tea"]
     again.close()
+
+
+def test_forgetting_a_user_drops_their_queued_updates() -> None:
+    q = DebounceQueue(QueuePolicy(debounce_seconds=1000, queue_max=2))
+    q.add(K1, msgs("a"), Signals(), now=0)
+    q.add(K2, msgs("b"), Signals(), now=1)
+    q.add(K3, msgs("c"), Signals(), now=2)  # K1 moves to the ready list
+    assert q.drop_user("u1") == 2
+    assert list(q.pending) == [K2] and not q.ready
+    worker = QueueWorker(lambda batch: True, QueuePolicy(debounce_seconds=1000), start_threads=False)
+    worker.submit(K1, msgs("x"), Signals())
+    worker.submit(K2, msgs("y"), Signals())
+    assert worker.drop_user("u1") == 1 and worker.pending_count() == 1

@@ -263,3 +263,22 @@ async def test_export_leaves_out_objects_that_are_not_valid_memories(cfg: Memory
         await c.delete("/users/me/memory")
         r = await c.post("/users/me/memory/import", json=bundle)
         assert r.status_code == 200 and r.json()["written"] == 1
+
+
+def test_forget_everything_also_drops_queued_auto_memory_updates(make_config: Any, llm_server: Any) -> None:
+    """A conversation still waiting for its debounce must not re-add facts after a forget."""
+    from fastapi.testclient import TestClient
+
+    from harness_memory.auto import auto_memory_for
+    from harness_memory.server import create_app
+    from harness_memory.services import services_for
+
+    cfg = make_config(backend="local", model={"model": "fake-model", "base_url": llm_server.base_url},
+                      auto={"debounce_seconds": 3600, "max_wait_seconds": 3600})
+    auto = auto_memory_for(services_for(cfg))
+    auto.capture("forgetful", "s1", [{"role": "user", "content": "I live in Berlin"}])
+    assert auto.worker.pending_count() == 1
+    with TestClient(create_app(cfg, services=services_for(cfg))) as client:
+        assert client.delete("/users/me/memory", headers={"wid": "forgetful"}).status_code == 200
+    assert auto.worker.pending_count() == 0
+    assert auto.flush(5) and llm_server.chat_requests == []

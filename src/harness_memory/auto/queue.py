@@ -100,6 +100,16 @@ class DebounceQueue:
                      self.policy.queue_max, oldest.key)
         self.pending[key] = Batch(key, list(messages), signals, first_at=now, last_at=now)
 
+    def drop_user(self, user_id: str) -> int:
+        """Discard every queued batch of ``user_id`` (the user asked to forget everything)."""
+        keys = [k for k in self.pending if k.user_id == user_id]
+        for key in keys:
+            del self.pending[key]
+        kept = deque(b for b in self.ready if b.key.user_id != user_id)
+        dropped = len(keys) + len(self.ready) - len(kept)
+        self.ready = kept
+        return dropped
+
     def requeue(self, batch: Batch, now: float) -> bool:
         """Put a failed batch back (merged with anything newer for its key); False when it has
         used its attempts and is abandoned."""
@@ -200,6 +210,11 @@ class QueueWorker:
             self.queue.add(key, messages, signals, self._clock())
             self._ensure_threads()
             self._cond.notify()
+
+    def drop_user(self, user_id: str) -> int:
+        """Discard the user's queued batches; a batch already being processed finishes."""
+        with self._cond:
+            return self.queue.drop_user(user_id)
 
     def pending_count(self) -> int:
         with self._cond:

@@ -127,6 +127,11 @@ class AutoMemory:
         self._closed = True
         self.worker.close(self.config.shutdown_flush_seconds if timeout is None else timeout)
 
+    def forget_user(self, user_id: str) -> int:
+        """Drop the user's queued updates so a "forget everything" is not undone a moment later
+        by a conversation still waiting for its debounce. Returns how many were dropped."""
+        return self.worker.drop_user(user_id)
+
     @property
     def stats(self) -> QueueStats:
         return self.worker.stats

@@ -13,6 +13,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
+from ...auto import auto_memory_for
 from ...layout import PlaceKind
 from ...memdir import MemoryDir
 from ..bundle import Bundle, export_places
@@ -152,6 +153,7 @@ def add_user_routes(router: APIRouter, ctx: ServerContext) -> None:
 
     @router.delete(base, response_model=Cleared, summary="Forget everything: clear all of the user's memory", **opts)
     def forget(user: User) -> Cleared:
+        auto_memory_for(ctx.services).forget_user(user)  # queued updates must not re-add facts
         dirs = user_dirs(user)
         deleted = sum(d.clear() for d in dirs)
         return Cleared(deleted_files=deleted, places=[place_path(d.place) for d in dirs])
