@@ -236,3 +236,19 @@ def test_save_many_rolls_back_on_index_failure(memdir: MemoryDir, store: ObjectS
     monkeypatch.undo()
     assert "original" in memdir.read("keep.md").text
     assert not store.exists(memdir.place.key("new.md"))
+
+
+def test_conditional_save(memdir: MemoryDir) -> None:
+    from harness_memory.errors import PreconditionFailed
+    from harness_memory.memdir.directory import ABSENT
+
+    memdir.save("c.md", mem(body="v1"), expect=ABSENT)
+    with pytest.raises(PreconditionFailed, match="already exists"):
+        memdir.save("c.md", mem(body="v2"), expect=ABSENT)
+    etag = memdir.read("c.md").etag
+    memdir.save("c.md", mem(body="v2"), expect=etag)
+    with pytest.raises(PreconditionFailed, match="changed since it was read"):
+        memdir.save("c.md", mem(body="v3"), expect=etag)
+    with pytest.raises(PreconditionFailed):
+        memdir.save("gone.md", mem(), expect=etag)
+    assert "v2" in memdir.read("c.md").text and not memdir.store.exists(memdir.place.key("gone.md"))

@@ -6,6 +6,7 @@ only at what it answered. The helpers here are shared by the other ``test_server
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import uuid
@@ -260,3 +261,17 @@ async def test_unknown_route_and_method_are_json_errors(cfg: MemoryConfig) -> No
         assert r.status_code == 404 and error_of(r)["code"] == "not_found"
         r = await c.post(f"{BASE}/index")
         assert r.status_code == 405 and json.loads(r.text)["code"] == "method_not_allowed"
+
+
+async def test_put_with_if_match_refuses_a_stale_version_and_creates_never_race(cfg: MemoryConfig) -> None:
+    async with api(cfg, wid="u1") as c:
+        assert (await c.put(f"{BASE}/files/a.md", json={"content": GOOD})).status_code == 201
+        etag = (await c.get(f"{BASE}/files/a.md")).headers["etag"]
+        ok = await c.put(f"{BASE}/files/a.md", json={"content": PREFS}, headers={"If-Match": etag})
+        assert ok.status_code == 200, ok.text
+        stale = await c.put(f"{BASE}/files/a.md", json={"content": GOOD}, headers={"If-Match": etag})
+        assert stale.status_code == 412 and error_of(stale)["code"] == "precondition_failed"
+        assert stored(cfg, "users/u1/agent-memory/default/a.md") == PREFS.encode()
+        creates = await asyncio.gather(*(c.post(f"{BASE}/files", json={"file": "race.md", "content": GOOD})
+                                         for _ in range(6)))
+        assert sorted(r.status_code for r in creates) == [201] + [409] * 5

@@ -27,6 +27,8 @@ from .model import MemoryFile, parse_memory
 
 log = logging.getLogger(__name__)
 COMMIT_ATTEMPTS = 6
+#: ``MemoryDir.save(..., expect=ABSENT)``: create only.
+ABSENT = "absent"
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,13 +124,18 @@ class MemoryDir:
             raise MemoryFormatError("content contains a NUL character")
         return parse_memory(content)
 
-    def save(self, file: str, content: str) -> SaveResult:
-        """Write a memory file (create or overwrite) and its index entry, atomically as a unit."""
+    def save(self, file: str, content: str, *, expect: str | None = None) -> SaveResult:
+        """Write a memory file (create or overwrite) and its index entry, atomically as a unit.
+
+        ``expect``: None writes unconditionally; ``ABSENT`` only creates (PreconditionFailed when
+        the file exists); an etag only overwrites that version (PreconditionFailed when the file
+        changed or is gone) — checked under the place lock, so two editors cannot both win.
+        """
         file = validate_filename(file)
         memory = self.check_content(content)
         data = content.encode("utf-8")
         with self.locker.hold(self.place.lock_name()):
-            return self._write_locked(file, memory, data)
+            return self._write_locked(file, memory, data, expect=expect)
 
     def save_memory(self, file: str, memory: MemoryFile) -> SaveResult:
         return self.save(file, memory.render())
@@ -243,14 +250,19 @@ class MemoryDir:
 
     # -- internals ------------------------------------------------------------------------
     def _write_locked(self, file: str, memory: MemoryFile, data: bytes,
-                      previous: StoredObject | Literal["unread"] | None = "unread") -> SaveResult:
+                      previous: StoredObject | Literal["unread"] | None = "unread",
+                      expect: str | None = None) -> SaveResult:
         """Write the file and commit its entry (the caller holds the place lock). ``previous`` is the
         file's current object when the caller already read it (saves a GET)."""
         key = self.place.key(file)
-        manifest, etag = self.load_manifest()
-        prior_entry = manifest.entries.get(file)
         if previous == "unread":
             previous = self.store.get_or_none(key)
+        if expect == ABSENT and previous is not None:
+            raise PreconditionFailed(f"{file} already exists")
+        if expect not in (None, ABSENT) and (previous is None or previous.etag != str(expect).strip('"')):
+            raise PreconditionFailed(f"{file} changed since it was read (or was deleted); read it again")
+        manifest, etag = self.load_manifest()
+        prior_entry = manifest.entries.get(file)
         if previous is None and prior_entry is None and len(manifest.entries) >= self.limits.max_files_per_place:
             raise MemoryFormatError(
                 f"this memory directory already holds {len(manifest.entries)} files (the limit); "

@@ -9,13 +9,14 @@ blocks the event loop.
 from collections.abc import Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Response, status
+from fastapi import APIRouter, Depends, Header, Query, Response, status
 from fastapi import Path as PathParam
 from fastapi.responses import PlainTextResponse
 
-from ...errors import ObjectNotFound
+from ...errors import ObjectNotFound, PreconditionFailed
 from ...layout import Place, validate_filename
 from ...memdir import ManifestEntry, MemoryDir
+from ...memdir.directory import ABSENT
 from ..errors import ApiError
 from ..places import place_path
 from ..schemas import (
@@ -35,7 +36,7 @@ from ..schemas import (
 FilePath = Annotated[str, PathParam(description="File name inside the place, e.g. `user_role.md`.",
                                     max_length=1024)]
 ERRORS: dict[int | str, dict[str, object]] = {
-    code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 413, 422, 503)
+    code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 412, 413, 422, 503)
 }
 
 
@@ -102,15 +103,22 @@ def add_place_routes(router: APIRouter, prefix: str, resolve: Callable[..., Memo
                  summary="Create a memory file (409 when it exists)", **opts)
     def create_file(mdir: Dir, body: CreateFile) -> SavedFile:
         name = validate_filename(body.file)
-        if mdir.store.exists(mdir.place.key(name)):
+        try:
+            result = mdir.save(name, body.content, expect=ABSENT)  # checked under the place lock
+        except PreconditionFailed:
             raise ApiError(409, f"{name!r} already exists in {place_path(mdir.place)}; PUT replaces it",
-                           "conflict")
-        result = mdir.save(name, body.content)
+                           "conflict") from None
         return SavedFile(file=result.file, created=result.created, entry=entry_out(result.entry))
 
     @router.put(one, response_model=SavedFile, summary="Replace (or create) a whole file", **opts)
-    def replace_file(mdir: Dir, file: FilePath, body: ReplaceFile, response: Response) -> SavedFile:
-        result = mdir.save(file, body.content)
+    def replace_file(mdir: Dir, file: FilePath, body: ReplaceFile, response: Response,
+                     if_match: Annotated[str | None, Header(description="Only replace this version "
+                                                             "(the ETag from GET); 412 otherwise")] = None
+                     ) -> SavedFile:
+        try:
+            result = mdir.save(file, body.content, expect=if_match)
+        except PreconditionFailed as exc:
+            raise ApiError(412, f"{exc}; GET the file for its current ETag", "precondition_failed") from None
         if result.created:
             response.status_code = status.HTTP_201_CREATED
         return SavedFile(file=result.file, created=result.created, entry=entry_out(result.entry))
