@@ -97,10 +97,11 @@ async def test_session_debug_shows_buffer_state_lock_and_summaries(cfg: MemoryCo
             from harness_memory.server.integrations import session_debug
 
             assert session_debug(other, session_id)["state_hash"] == view["state_hash"]
-            token = secrets.token_hex(8)
+            token = f"other-pod:99/{secrets.token_hex(8)}"
             assert session_manager_for(other).buffer.acquire(session_id, token, 30_000)
             held = (await c.get(f"/users/me/sessions/{session_id}")).json()
             assert held["lock_held"] is True and 0 < held["lock_ttl_ms"] <= 30_000
+            assert held["lock_holder"] == "other-pod:99"
             session_manager_for(other).buffer.release(session_id, token)
         finally:
             session_manager_for(other).close()

@@ -310,11 +310,11 @@ def test_crashed_holders_lock_blocks_until_it_expires(
     for i in range(3):
         mgr.collect_messages_sync("crash", turn(i))
     client = redis.Redis.from_url(redis_server.url)
-    client.set(f"{cfg.redis.key_prefix}session:{{crash}}:lock", "dead-pod-token", px=200)
+    client.set(f"{cfg.redis.key_prefix}session:{{crash}}:lock", "pod-7:4242/dead", px=200)
     assert mgr.maybe_extract_sync("crash").status is ExtractStatus.BUSY
     assert llm_server.chat_requests == []
     info = mgr.session_info_sync("crash")
-    assert info.lock_held and info.mode == "redis" and info.due
+    assert info.lock_held and info.mode == "redis" and info.due and info.lock_holder == "pod-7:4242"
     time.sleep(0.25)  # let Redis expire the dead pod's lock
     llm_server.script(text(summary_md("After the crash")))
     assert mgr.maybe_extract_sync("crash").ok

@@ -64,6 +64,7 @@ def session_debug(services: MemoryServices, session_id: str, *, messages: bool =
         "state_hash": hashlib.sha256(state_json.encode()).hexdigest()[:16] if state_json else None,
         "lock_held": info.lock_held,
         "lock_ttl_ms": info.lock_ttl_ms,
+        "lock_holder": info.lock_holder,
         "extraction_due": info.due,
         "cached_summary": info.cached_summary,
         "cached_version": info.cached_version,

@@ -203,6 +203,7 @@ class SessionDebug(BaseModel):
     state_hash: str | None = Field(None, description="Hash of the state: equal on every pod that sees the same.")
     lock_held: bool = Field(description="Whether a worker holds the session's summarisation lock.")
     lock_ttl_ms: int | None = Field(None, description="Milliseconds until that lock expires.")
+    lock_holder: str | None = Field(None, description="The pod (`host:pid`) holding that lock.")
     extraction_due: bool = Field(description="Whether the thresholds call for a new summary.")
     cached_summary: str | None = Field(None, description="This pod's cached summary.")
     cached_version: int | None = None

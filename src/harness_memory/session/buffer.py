@@ -216,6 +216,10 @@ class SessionBuffer:
     def lock_ttl_ms(self, session_id: str) -> int | None:
         return self._run(None, lambda r: r.lock_ttl_ms(session_id), lambda lo: lo.lock_ttl_ms(session_id))
 
+    def lock_holder(self, session_id: str) -> str | None:
+        """The pod (``host:pid``) holding the session's summary lock, if any."""
+        return self._run(None, lambda r: r.lock_holder(session_id), lambda lo: lo.lock_holder(session_id))
+
     def commit(self, session_id: str, *, token: str, epoch: str, summarized: int, keep: int,
                version: int, ttl: int) -> CommitOutcome:
         now = self.clock()

@@ -25,7 +25,9 @@ buffer, records the error in the state (the debug view shows it) and backs off a
 from __future__ import annotations
 
 import logging
+import os
 import secrets
+import socket
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -58,6 +60,8 @@ from .summary import (
 )
 
 log = logging.getLogger(__name__)
+#: This process, as named in lock tokens (``host:pid``).
+POD_ID = f"{socket.gethostname()}:{os.getpid()}"
 
 
 class SummaryModel(Protocol):
@@ -111,7 +115,7 @@ class Summariser:
         return parse_stored(session_id, obj.data, obj.etag)
 
     def extract(self, session_id: str, model: SummaryModel, *, force: bool = False) -> ExtractionResult:
-        token = secrets.token_hex(16)
+        token = f"{POD_ID}/{secrets.token_hex(8)}"  # who holds it shows in the debug view
         ttl_ms = int(self.cfg.lock_ttl_seconds * 1000)
         if not self.buffer.acquire(session_id, token, ttl_ms):
             return ExtractionResult(ExtractStatus.BUSY, session_id)

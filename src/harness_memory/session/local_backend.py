@@ -151,6 +151,13 @@ class LocalBuffer:
             sess = self._sessions.get(session_id)
             return bool(sess and sess.lock_token == token and sess.lock_expires_at > self.clock())
 
+    def lock_holder(self, session_id: str) -> str | None:
+        with self._lock:
+            sess = self._sessions.get(session_id)
+            if sess is None or sess.lock_token is None or sess.lock_expires_at <= self.clock():
+                return None
+            return sess.lock_token.rsplit("/", 1)[0]
+
     def lock_ttl_ms(self, session_id: str) -> int | None:
         with self._lock:
             sess = self._sessions.get(session_id)

@@ -273,6 +273,7 @@ class SessionMemoryManager:
                            due=extraction_due(state, self.cfg, self.clock()))
         ttl = self.buffer.lock_ttl_ms(session_id)
         info.lock_held, info.lock_ttl_ms = ttl is not None, ttl
+        info.lock_holder = self.buffer.lock_holder(session_id) if ttl is not None else None
         try:
             stored = self.summariser.load_stored(session_id)
         except StorageError as exc:

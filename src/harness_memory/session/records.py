@@ -175,6 +175,7 @@ class SessionInfo:
     buffered: list[BufferedMessage] = field(default_factory=list)
     lock_held: bool = False
     lock_ttl_ms: int | None = None
+    lock_holder: str | None = None
     cached_summary: str | None = None
     cached_version: int | None = None
     stored_summary: str | None = None

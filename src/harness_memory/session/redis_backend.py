@@ -153,6 +153,10 @@ class RedisBuffer:
         ttl = int(self.client.pttl(self.lock_key(session_id)))
         return ttl if ttl >= 0 else None
 
+    def lock_holder(self, session_id: str) -> str | None:
+        raw = self.client.get(self.lock_key(session_id))
+        return raw.decode("utf-8", errors="replace").rsplit("/", 1)[0] if raw is not None else None
+
     # -- after a summary ----------------------------------------------------------------------
     def commit(self, session_id: str, *, token: str, epoch: str, summarized: int, keep: int,
                version: int, now: float, ttl: int) -> CommitOutcome:
