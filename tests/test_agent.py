@@ -182,7 +182,11 @@ def test_build_agent_buffers_summarises_and_injects_the_session_summary(
     summary_calls = [r for r in llm_server.chat_requests if PROMPT_MARKER_FOR_TESTS in json.dumps(r.messages)]
     assert len(summary_calls) == 1
     assert "which chart library" in json.dumps(summary_calls[0].messages, ensure_ascii=False)
-    stored = services_for(cfg).store.get("memory/sessions/session-sess-1.md").data.decode()
+    from harness_memory.session.binding import bind_session_id
+
+    bound = bind_session_id("u-s", "sess-1")  # build_agent binds session ids to their user
+    assert bound.startswith("sess-1-") and agent.session_id == bound
+    stored = services_for(cfg).store.get(f"memory/sessions/session-{bound}.md").data.decode()
     assert "ECharts" in stored
 
     llm_server.clear()
@@ -192,6 +196,13 @@ def test_build_agent_buffers_summarises_and_injects_the_session_summary(
     assert user_msgs[-1]["content"].startswith("[会话历史摘要]\n")
     assert user_msgs[-1]["content"].endswith("\n\n---\n用户最新消息：Now the second chapter")
     assert "the user picked ECharts" in user_msgs[-1]["content"]
+
+    # Another user naming the same session id gets a session of their own: no summary.
+    llm_server.clear()
+    llm_server.set_handler(answer)
+    build_agent("u-other", session_id="sess-1", config=cfg).run("Now the second chapter")
+    other_user = [m for m in llm_server.chat_requests[0].messages if m["role"] == "user"]
+    assert other_user[-1]["content"] == "Now the second chapter"
 
 
 def test_dead_store_does_not_stop_build_or_run(make_config: Callable[..., MemoryConfig], llm_server: ScriptedLLM,

@@ -169,7 +169,7 @@ def test_snapshot_status_and_sync(cfg: MemoryConfig, cli: Cli) -> None:
 
 
 def test_session_show(cfg: MemoryConfig, cli: Cli) -> None:
-    from harness_memory.server.sessionid import bind_session
+    from harness_memory.session.binding import bind_session
 
     session_id, _ = bind_session("u1", "chat-7", cfg.server)
     services_for(cfg).store.put(f"memory/sessions/session-{session_id}.md", b"## Task\nBook Tokyo.\n")

@@ -13,8 +13,8 @@ from harness_memory.auto.service import auto_memory_for
 from harness_memory.config import MemoryConfig
 from harness_memory.server import create_app
 from harness_memory.server.bundle import Bundle, BundleFile, BundlePlace
-from harness_memory.server.sessionid import bind_session
 from harness_memory.services import services_for
+from harness_memory.session.binding import bind_session
 from tests.servers import RedisServer, SeaweedFS
 
 from .test_server_memory import ADMIN, GOOD, api, error_of, keys, private_config, stored

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from harness_memory.config import MemoryConfig
-from harness_memory.server.sessionid import bind_session, session_owned_by
 from harness_memory.services import services_for
+from harness_memory.session.binding import bind_session, session_owned_by
 from tests.fakellm import Answer, RecordedRequest, ScriptedLLM, error, text
 
 from .test_server_memory import GOOD, api, error_of

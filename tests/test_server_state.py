@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from harness_memory.config import MemoryConfig
-from harness_memory.server.sessionid import bind_session
 from harness_memory.services import MemoryServices, services_for
 from harness_memory.session import session_manager_for
+from harness_memory.session.binding import bind_session
 
 from .test_server_memory import ADMIN, GOOD, api, error_of, keys, stored
 

@@ -27,6 +27,7 @@ from .prompt import PromptParts, render_agent_memory_prompt
 from .recall import make_recall_pre_hook, recall_for_query
 from .services import MemoryServices, services_for
 from .session import attach_session_hooks, session_manager_for
+from .session.binding import bind_session_id
 from .snapshot import apply_snapshot_on_build
 from .tools import TOOL_NAMES, MemoryTools
 
@@ -70,6 +71,10 @@ def build_agent(
     """
     cfg = config or default_config()
     services = services_for(cfg)
+    if session_id is not None and cfg.session.bind_to_user:
+        # Session summaries are stored by session id: bind it to the user, so two users who pick
+        # the same id ("chat-1") never see each other's summary. Idempotent for bound ids.
+        session_id = bind_session_id(user_id, session_id)
     if model is None:
         model = services.agent_model()
     agent_kwargs.setdefault("telemetry", False)
@@ -103,10 +108,13 @@ def inject_memory_tools(
         raise ValueError("inject_memory_tools needs a user_id (argument or agent.user_id)")
     if agent.user_id is None:
         agent.user_id = uid
+    cfg = (config or default_config())
+    if agent.session_id is not None and cfg.session.bind_to_user:
+        agent.session_id = bind_session_id(uid, agent.session_id)
     for key, value in _adjust_memory_kwargs({"enable_agentic_memory": agent.enable_agentic_memory,
                                              "learning": agent.learning}).items():
         setattr(agent, key, value)
-    return _wire(agent, services_for(config or default_config()), uid, agent_type, query=query)
+    return _wire(agent, services_for(cfg), uid, agent_type, query=query)
 
 
 def _wire(agent: Agent, services: MemoryServices, user_id: str, agent_type: str, *, query: str | None) -> Agent:

@@ -256,7 +256,7 @@ def cmd_snapshot(svc: MemoryServices, args: argparse.Namespace) -> int:
 
 def cmd_session(svc: MemoryServices, args: argparse.Namespace) -> int:
     from .server.integrations import session_debug
-    from .server.sessionid import bind_session
+    from .session.binding import bind_session
 
     session_id = args.session_id
     if args.user:

@@ -127,6 +127,8 @@ class SessionConfig(_Section):
     """Session memory: hot buffer thresholds and the summary cache."""
 
     enabled: bool = Field(True, description="Register the session-memory hook in `build_agent`.")
+    bind_to_user: bool = Field(True, description="`build_agent` binds a session id to its user "
+                               "(`chat-1` -> `chat-1-<hash>`) so users never share a session summary.")
     first_threshold_tokens: int = Field(10000, ge=1, description="Tokens before the first summary.")
     update_threshold_tokens: int = Field(5000, ge=1, description="New tokens before a re-summary.")
     min_tool_calls: int = Field(3, ge=0, description="Tool calls that allow a re-summary mid-task.")

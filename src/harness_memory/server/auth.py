@@ -12,7 +12,7 @@ The rules (README "HTTP API"):
   ``user_source: body`` the user named in the body or path is trusted, and every other place
   that names a user (path, body, ``wid``) must agree, else 403. A 403 looks the same whether or
   not the other user exists: nothing leaks.
-- Sessions: ids are bound to their user (``server.sessionid``), so naming another user's
+- Sessions: ids are bound to their user (``session.binding``), so naming another user's
   session id only ever reaches a session of one's own.
 """
 

@@ -18,12 +18,12 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
 from ...layout import validate_id
+from ...session.binding import bind_session
 from ..auth import Caller, resolve_user
 from ..deps import AgentTypePath, ServerContext
 from ..errors import ApiError
 from ..integrations import inject_summary
 from ..schemas import ErrorBody, RunRequest, RunResponse
-from ..sessionid import bind_session
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Session memory debug: buffer length, state and its hash, lock, cached and stored summary.
 
-A user sees only sessions bound to them (``server.sessionid``): the id in the path is bound to
+A user sees only sessions bound to them (``session.binding``): the id in the path is bound to
 the caller exactly as a run binds it, so naming another user's session id shows (an empty view
 of) one's own. The raw view of any session id is for operators (admin token).
 """
@@ -11,11 +11,11 @@ from fastapi import APIRouter, Depends, Query, Response, status
 from fastapi import Path as PathParam
 from fastapi.concurrency import run_in_threadpool
 
+from ...session.binding import bind_session
 from ..auth import Caller
 from ..deps import ServerContext
 from ..integrations import session_debug, session_manager
 from ..schemas import NewSession, SessionDebug
-from ..sessionid import bind_session
 from .files import ERRORS
 
 SessionPath = Annotated[str, PathParam(description="The session id.", max_length=128)]

@@ -1,5 +1,7 @@
 """Session ids bound to their user, so no caller can reach another user's session summary.
 
+Used by ``build_agent`` (``session.bind_to_user``) and the HTTP API (``server.bind_sessions``).
+
 Why: session summaries are stored by session id alone (``sessions/session-<id>.md``), and a
 run injects the summary of the session it names. If a caller could name any id, user B could
 pass user A's session id and read A's conversation summary in the answer. With binding on
@@ -35,14 +37,22 @@ def session_owned_by(user_id: str, session_id: str) -> bool:
         tag, session_tag(user_id, base))
 
 
+def bind_session_id(user_id: str, session_id: str) -> str:
+    """``session_id`` bound to ``user_id`` (idempotent: an id already bound to the user is kept).
+    Raises InvalidName for a malformed id."""
+    validate_id(session_id, "session id")
+    if session_owned_by(user_id, session_id):
+        return session_id
+    if len(session_id) > MAX_BASE_CHARS:
+        raise InvalidName(f"session id is longer than {MAX_BASE_CHARS} characters")
+    return f"{session_id}-{session_tag(user_id, session_id)}"
+
+
 def bind_session(user_id: str, session_id: str | None, cfg: ServerConfig) -> tuple[str, bool]:
     """(the session id to use, whether it is new). Raises InvalidName for a malformed id."""
     if session_id is None:
         base = "s" + uuid.uuid4().hex[:20]
         return (f"{base}-{session_tag(user_id, base)}" if cfg.bind_sessions else base), True
-    validate_id(session_id, "session id")
-    if not cfg.bind_sessions or session_owned_by(user_id, session_id):
-        return session_id, False
-    if len(session_id) > MAX_BASE_CHARS:
-        raise InvalidName(f"session id is longer than {MAX_BASE_CHARS} characters")
-    return f"{session_id}-{session_tag(user_id, session_id)}", False
+    if not cfg.bind_sessions:
+        return validate_id(session_id, "session id"), False
+    return bind_session_id(user_id, session_id), False
