@@ -38,7 +38,6 @@ bench: venv redis-server
 
 lint: venv
 	$(VENV)/bin/ruff check src tests bench examples
-	$(VENV)/bin/ruff format --check src tests bench examples
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
