@@ -304,10 +304,7 @@ def replace_from_snapshot(
     exactly the snapshot's entries and the sync record, then delete the old files not in the
     snapshot. Raises ``SnapshotError`` when there is no valid snapshot.
     """
-    memdir = _memdir(services_or_memdir, agent_type, user_id or "")
-    folder = _snapshots_dir(services_or_memdir, snapshots_dir)
-    snapshot = _require(load_snapshot(folder, agent_type, max_file_bytes=memdir.limits.max_file_bytes),
-                        agent_type, folder)
+    memdir, snapshot = _memdir_and_snapshot(services_or_memdir, snapshots_dir, agent_type, user_id)
     assert snapshot.updated_at is not None
     with memdir.locker.hold(_lock_name(memdir)):
         old = _local_memory_files(memdir, memdir.manifest())
@@ -329,16 +326,23 @@ def mark_snapshot_synced(
     user_id: str | None = None,
 ) -> SnapshotStatus:
     """Keep the user's memories and record the current snapshot as synced (dismiss the update)."""
-    memdir = _memdir(services_or_memdir, agent_type, user_id or "")
-    folder = _snapshots_dir(services_or_memdir, snapshots_dir)
-    snapshot = _require(load_snapshot(folder, agent_type, max_file_bytes=memdir.limits.max_file_bytes),
-                        agent_type, folder)
+    memdir, snapshot = _memdir_and_snapshot(services_or_memdir, snapshots_dir, agent_type, user_id)
     assert snapshot.updated_at is not None
     record = SyncRecord(snapshot.updated_at, iso_now())
     manifest = memdir.update_meta(lambda m: m.meta.__setitem__(META_KEY, record.to_json()))
     _write_record(memdir, record)
     return _status(SnapshotState.NONE, snapshot, agent_type, user_id, "marked as synced with the snapshot",
                    record, applied=True, manifest=manifest)
+
+
+def _memdir_and_snapshot(services_or_memdir: MemoryServices | MemoryDir, snapshots_dir: str | Path | None,
+                         agent_type: str, user_id: str | None) -> tuple[MemoryDir, Snapshot]:
+    """The user's place and the valid snapshot an action needs (SnapshotError when there is none)."""
+    memdir = _memdir(services_or_memdir, agent_type, user_id or "")
+    folder = _snapshots_dir(services_or_memdir, snapshots_dir)
+    snapshot = _require(load_snapshot(folder, agent_type, max_file_bytes=memdir.limits.max_file_bytes),
+                        agent_type, folder)
+    return memdir, snapshot
 
 
 def apply_snapshot_on_build(
