@@ -30,12 +30,12 @@ from typing import Any
 
 from agno.agent import Agent
 from agno.models.openai.like import OpenAILike
-from tests.fakellm import Answer, RecordedRequest, ScriptedLLM, text
 
 from harness_memory.auto import AutoMemory
 from harness_memory.config import MemoryConfig
 from harness_memory.services import MemoryServices
 from harness_memory.tokens import count_message_tokens, count_tokens, tokenizer_status
+from tests.fakellm import Answer, RecordedRequest, ScriptedLLM, text
 
 from .common import p50, pct, scratch_dir, table
 

@@ -26,11 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.helpers import ROOT, child_env, write_config
-
 from harness_memory.config import MemoryConfig
 from harness_memory.memdir import parse_index
 from harness_memory.services import MemoryServices
+from tests.helpers import ROOT, child_env, write_config
 
 from .common import config_for, p50, pct, scratch_dir, servers, table
 from .concurrency_worker import file_name

@@ -33,13 +33,13 @@ from pathlib import Path
 
 from agno.agent import Agent
 from agno.models.openai.like import OpenAILike
-from tests.fakellm import ScriptedLLM
 
 from harness_memory import build_agent
 from harness_memory.config import AutoMemoryConfig, MemoryConfig
 from harness_memory.services import MemoryServices, services_for
 from harness_memory.session import session_manager_for
 from harness_memory.tokens import count_tokens, tokenizer_status
+from tests.fakellm import ScriptedLLM
 
 from .common import p50, scratch_dir, seed, table
 from .cost_server import CostServer, Kind, Tally, conversation

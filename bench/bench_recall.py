@@ -22,13 +22,12 @@ import sys
 import time
 from pathlib import Path
 
-from tests.fakellm import ScriptedLLM, text
-
 from harness_memory.llm import LightModel
 from harness_memory.memdir import Manifest, ManifestEntry
 from harness_memory.recall import clear_caches, find_relevant_memories, recall_for_query, tokenize, warm_up
 from harness_memory.recall.select import build_messages, candidate_entries
 from harness_memory.services import MemoryServices
+from tests.fakellm import ScriptedLLM, text
 
 from .common import config_for, machine, p50, pct, servers, table, timed
 

@@ -27,8 +27,6 @@ from typing import Any
 
 from agno.models.message import Message
 from agno.run.agent import RunOutput
-from tests.fakellm import Answer, RecordedRequest, ScriptedLLM, text
-from tests.servers import RedisServer
 
 from harness_memory.config import MemoryConfig
 from harness_memory.services import MemoryServices
@@ -40,6 +38,8 @@ from harness_memory.session import (
 )
 from harness_memory.session.summary import PROMPT_MARKER
 from harness_memory.tokens import count_message_tokens, count_tokens, tokenizer_status
+from tests.fakellm import Answer, RecordedRequest, ScriptedLLM, text
+from tests.servers import RedisServer
 
 from .common import p50, pct, scratch_dir, table
 

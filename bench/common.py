@@ -18,9 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.servers import RedisServer, SeaweedFS
-
 from harness_memory.config import MemoryConfig
+from tests.servers import RedisServer, SeaweedFS
 
 os.environ.setdefault("AGNO_TELEMETRY", "false")
 

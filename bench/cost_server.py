@@ -16,9 +16,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from tests.fakellm import Answer, RecordedRequest, text, tool_calls
-
 from harness_memory.tokens import count_message_tokens, count_tokens
+from tests.fakellm import Answer, RecordedRequest, text, tool_calls
 
 # What the scripted "model" recognises as worth remembering: marker -> (fact, category, confidence, error).
 SALIENT = {

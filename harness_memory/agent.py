@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from agno.agent import Agent
@@ -20,14 +20,14 @@ from agno.models.base import Model
 from agno.tools import Toolkit
 from agno.tools.function import Function
 
-from .auto import attach_auto_memory, auto_memory_for
+from .auto import attach_auto_memory
 from .config import MemoryConfig
 from .memdir import CappedText, Manifest, MemoryDir
 from .prompt import PromptParts, render_agent_memory_prompt
 from .recall import make_recall_pre_hook, recall_for_query
 from .services import MemoryServices, services_for
-from .session import attach_session_hooks, session_manager_for
 from .session.binding import bind_session_id
+from .session.hooks import attach_session_hooks
 from .snapshot import apply_snapshot_on_build
 from .tools import TOOL_NAMES, MemoryTools
 
@@ -58,6 +58,7 @@ def build_agent(
     session_id: str | None = None,
     query: str | None = None,
     config: MemoryConfig | None = None,
+    services: MemoryServices | None = None,
     tools: Sequence[Any] | None = None,
     **agent_kwargs: Any,
 ) -> Agent:
@@ -65,12 +66,14 @@ def build_agent(
 
     ``model`` defaults to the configured agent model (``HARNESS_MEMORY_MODEL`` …); with none
     configured the agent is still built and its first run reports which setting is missing.
-    ``query`` (the user's message, when known) turns on relevant recall. Any other keyword goes
+    ``query`` (the user's message, when known) turns on relevant recall. ``services`` are the
+    long-lived parts to use (default: the process-wide ones for ``config``). Any other keyword goes
     to ``Agent`` unchanged, except that memory-related settings that would conflict are adjusted
     (with a warning) and our hooks are appended to the caller's ``pre_hooks`` / ``post_hooks``.
     """
-    cfg = config or default_config()
-    services = services_for(cfg)
+    if services is None:
+        services = services_for(config or default_config())
+    cfg = services.config
     if session_id is not None and cfg.session.bind_to_user:
         # Session summaries are stored by session id: bind it to the user, so two users who pick
         # the same id ("chat-1") never see each other's summary. Idempotent for bound ids.
@@ -94,6 +97,7 @@ def inject_memory_tools(
     user_id: str | None = None,
     agent_type: str = "default",
     config: MemoryConfig | None = None,
+    services: MemoryServices | None = None,
     query: str | None = None,
 ) -> Agent:
     """Give an Agent you built yourself everything ``build_agent`` adds.
@@ -108,13 +112,15 @@ def inject_memory_tools(
         raise ValueError("inject_memory_tools needs a user_id (argument or agent.user_id)")
     if agent.user_id is None:
         agent.user_id = uid
-    cfg = (config or default_config())
+    if services is None:
+        services = services_for(config or default_config())
+    cfg = services.config
     if agent.session_id is not None and cfg.session.bind_to_user:
         agent.session_id = bind_session_id(uid, agent.session_id)
     for key, value in _adjust_memory_kwargs({"enable_agentic_memory": agent.enable_agentic_memory,
                                              "learning": agent.learning}).items():
         setattr(agent, key, value)
-    return _wire(agent, services_for(cfg), uid, agent_type, query=query)
+    return _wire(agent, services, uid, agent_type, query=query)
 
 
 def _wire(agent: Agent, services: MemoryServices, user_id: str, agent_type: str, *, query: str | None) -> Agent:
@@ -123,8 +129,7 @@ def _wire(agent: Agent, services: MemoryServices, user_id: str, agent_type: str,
     own = services.user_agent_dir(user_id, agent_type)
     shared = services.shared_agent_dir(agent_type)
     # The auto-memory block needs its own read: start it now, alongside the user's manifest.
-    auto_block = (services.store._pool.submit(auto_memory_for(services).render_injection, user_id)
-                  if cfg.auto.enabled else None)
+    auto_block = services.submit_io(services.auto_memory().render_injection, user_id) if cfg.auto.enabled else None
     manifest = _load_manifest(own)
     notes: list[str] = []
     if manifest is not None:
@@ -156,7 +161,7 @@ def _wire(agent: Agent, services: MemoryServices, user_id: str, agent_type: str,
         agent.pre_hooks = [make_recall_pre_hook(services, agent_type=agent_type, user_id=user_id,
                                                 skip_first_query=query), *(agent.pre_hooks or [])]
     if cfg.session.enabled:
-        attach_session_hooks(agent, session_manager_for(services))
+        attach_session_hooks(agent, services.session_manager())
     if auto_block is not None:
         # The reminder block (profile, facts by confidence, corrections, <current_date>) within the
         # token budget, plus the capture post-hook feeding the debounced background updater.
@@ -254,4 +259,3 @@ def _adjust_memory_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-HookFn = Callable[..., None]

@@ -16,7 +16,10 @@ from typing import Any
 from agno.models.base import Model
 from agno.models.openai.like import OpenAILike
 
-from .llm import ModelNotConfigured
+from .config import ModelConfig
+from .errors import ModelNotConfigured
+
+_NO_KEY = "not-provided"  # local OpenAI-compatible servers need no key, the client needs a value
 
 
 class LoopAwareOpenAILike(OpenAILike):
@@ -27,10 +30,10 @@ class LoopAwareOpenAILike(OpenAILike):
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
-        if self.async_client is not None and self.__dict__.get("_hm_loop") is not loop:
+        if self.async_client is not None and getattr(self, "_hm_loop", None) is not loop:
             self.async_client = None  # made on another (maybe closed) loop: make a fresh one
         client = super().get_async_client()
-        self.__dict__["_hm_loop"] = loop
+        self._hm_loop = loop
         return client
 
 
@@ -50,3 +53,24 @@ class UnconfiguredModel(Model):
 
     invoke = ainvoke = invoke_stream = ainvoke_stream = _fail
     _parse_provider_response = _parse_provider_response_delta = _fail
+
+
+def make_agent_model(cfg: ModelConfig) -> LoopAwareOpenAILike:
+    """The agent's agno model (``OpenAILike``: it sends the system prompt with role ``system``).
+
+    Raises ``ModelNotConfigured`` when the model id or base URL is missing — at call time, never
+    at import, so the control plane runs without a model.
+    """
+    if not cfg.model or not cfg.base_url:
+        raise ModelNotConfigured(
+            "no agent model configured: set HARNESS_MEMORY_MODEL and HARNESS_MEMORY_BASE_URL "
+            "(and HARNESS_MEMORY_API_KEY)"
+        )
+    key = cfg.api_key.get_secret_value() if cfg.api_key is not None else None
+    return LoopAwareOpenAILike(
+        id=cfg.model,
+        base_url=cfg.base_url,
+        api_key=key or _NO_KEY,
+        timeout=cfg.model_timeout,
+        max_retries=1,
+    )

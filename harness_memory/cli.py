@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from .config import ConfigError, MemoryConfig
+from .control.bundle import Bundle, export_places
+from .control.bundle_import import BundleInvalid, ImportTarget, apply_import, plan_import
+from .control.places import Scope, discover_places, parse_scope, place_path
 from .errors import HarnessMemoryError, InvalidName, ObjectNotFound
-from .server.bundle import Bundle, export_places
-from .server.bundle_import import BundleInvalid, ImportTarget, apply_import, plan_import
-from .server.places import Scope, discover_places, parse_scope, place_path
 from .services import MemoryServices
 
 log = logging.getLogger("harness_memory.cli")
@@ -172,7 +172,7 @@ def cmd_export(svc: MemoryServices, args: argparse.Namespace) -> int:
                                progress)
     fmt = args.format or ("zip" if args.output and args.output.endswith(".zip") else "json")
     if fmt == "zip":
-        from .server.bundle_zip import bundle_to_zip
+        from .control.bundle_zip import bundle_to_zip
 
         data = bundle_to_zip(bundle)
     else:
@@ -191,7 +191,7 @@ def cmd_export(svc: MemoryServices, args: argparse.Namespace) -> int:
 def load_bundle(svc: MemoryServices, source: str) -> Bundle:
     data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
     if data[:4] == b"PK\x03\x04":
-        from .server.bundle_zip import bundle_from_zip
+        from .control.bundle_zip import bundle_from_zip
 
         return bundle_from_zip(data, max_file_bytes=svc.config.limits.max_file_bytes,
                                max_total_bytes=max(len(data) * 200, svc.config.server.max_request_bytes),
@@ -239,7 +239,7 @@ def cmd_reindex(svc: MemoryServices, args: argparse.Namespace) -> int:
 
 
 def cmd_snapshot(svc: MemoryServices, args: argparse.Namespace) -> int:
-    from .server.integrations import snapshot_action, snapshot_status
+    from .control.integrations import snapshot_action, snapshot_status
 
     scope = parse_scope(args.path, svc.key_prefix)
     place = scope.place
@@ -255,12 +255,12 @@ def cmd_snapshot(svc: MemoryServices, args: argparse.Namespace) -> int:
 
 
 def cmd_session(svc: MemoryServices, args: argparse.Namespace) -> int:
-    from .server.integrations import session_debug
+    from .control.integrations import session_debug
     from .session.binding import bind_session
 
     session_id = args.session_id
     if args.user:
-        session_id, _ = bind_session(args.user, session_id, svc.config.server)
+        session_id, _ = bind_session(args.user, session_id, svc.config.session.bind_to_user)
     info = session_debug(svc, session_id)
     print(json.dumps(info, indent=1, ensure_ascii=False, default=str))
     return 0

@@ -127,8 +127,10 @@ class SessionConfig(_Section):
     """Session memory: hot buffer thresholds and the summary cache."""
 
     enabled: bool = Field(True, description="Register the session-memory hook in `build_agent`.")
-    bind_to_user: bool = Field(True, description="`build_agent` binds a session id to its user "
-                               "(`chat-1` -> `chat-1-<hash>`) so users never share a session summary.")
+    bind_to_user: bool = Field(True, description="Bind session ids to their user (`chat-1` -> "
+                               "`chat-1-<hash>`) in `build_agent` and the HTTP API, so no caller reaches "
+                               "another user's session summary by naming its id; off only when a trusted "
+                               "caller picks the ids.")
     first_threshold_tokens: int = Field(10000, ge=1, description="Tokens before the first summary.")
     update_threshold_tokens: int = Field(5000, ge=1, description="New tokens before a re-summary.")
     min_tool_calls: int = Field(3, ge=0, description="Tool calls that allow a re-summary mid-task.")
@@ -213,10 +215,6 @@ class ServerConfig(_Section):
     admin_token: SecretStr | None = Field(None, description="Bearer token for shared places.")
     user_source: Literal["header", "body"] = Field(
         "header", description="Where the trusted user id comes from: `wid` header or body `user_id`."
-    )
-    bind_sessions: bool = Field(
-        True, description="Bind session ids to their user (a hash suffix), so no caller can reach another "
-        "user's session summary by naming its id; off only when a trusted caller picks the ids.",
     )
     max_request_bytes: int = Field(
         64 * 1024 * 1024, ge=1024, description="Largest request body (imports) the HTTP API accepts."
@@ -355,5 +353,22 @@ def markdown_table() -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":  # python -m harness_memory.config  -> the README table
-    print(markdown_table())
+def write_readme_table(path: str | Path) -> None:
+    """Replace the table between the README's ``config-table`` markers with ``markdown_table()``."""
+    import re
+
+    readme = Path(path)
+    text = readme.read_text(encoding="utf-8")
+    block = re.compile(r"(<!-- config-table:start -->\n).*?(\n<!-- config-table:end -->)", re.S)
+    if not block.search(text):
+        raise ConfigError(f"{path} has no <!-- config-table:start/end --> markers")
+    readme.write_text(block.sub(lambda m: m.group(1) + markdown_table() + m.group(2), text), encoding="utf-8")
+
+
+if __name__ == "__main__":  # python -m harness_memory.config [--write README.md]  -> the README table
+    import sys
+
+    if len(sys.argv) == 3 and sys.argv[1] == "--write":
+        write_readme_table(sys.argv[2])
+    else:
+        print(markdown_table())

@@ -42,3 +42,7 @@ class MemoryFormatError(HarnessMemoryError, ValueError):
 
 class LockTimeout(HarnessMemoryError):
     """A place lock could not be taken in time (another writer holds it)."""
+
+
+class ModelNotConfigured(HarnessMemoryError):
+    """No model id / base URL is configured; the message names the settings to set."""

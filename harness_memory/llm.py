@@ -15,7 +15,7 @@ import logging
 import re
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import openai
 from openai import AsyncOpenAI, OpenAI
@@ -24,16 +24,9 @@ from harness_memory.config import ModelConfig
 from harness_memory.errors import HarnessMemoryError
 from harness_memory.tokens import count_message_tokens, estimate_tokens
 
-if TYPE_CHECKING:
-    from agno.models.openai.like import OpenAILike
-
 logger = logging.getLogger(__name__)
 
 _NO_KEY = "not-provided"  # local OpenAI-compatible servers need no key, the client needs a value
-
-
-class ModelNotConfigured(HarnessMemoryError):
-    """No model id / base URL is configured; the message names the settings to set."""
 
 
 class LLMError(HarnessMemoryError):
@@ -60,26 +53,22 @@ def _secret(value: Any) -> str | None:
     return value.get_secret_value() if hasattr(value, "get_secret_value") else str(value)
 
 
-def make_agent_model(cfg: ModelConfig) -> OpenAILike:
-    """The agent's agno model (``OpenAILike``: it sends the system prompt with role ``system``).
+_warned_features: set[str] = set()
+_warned_lock = threading.Lock()
 
-    Raises ``ModelNotConfigured`` when the model id or base URL is missing — at call time, never
-    at import, so the control plane runs without a model.
+
+def warn_no_light_model(feature: str, consequence: str) -> None:
+    """Log once per feature and process that no light model is configured, naming the settings.
+
+    Why one helper: session memory, auto memory and recall all degrade the same way without a
+    light model, and an operator should read the same sentence (and the same settings) from each.
     """
-    if not cfg.model or not cfg.base_url:
-        raise ModelNotConfigured(
-            "no agent model configured: set HARNESS_MEMORY_MODEL and HARNESS_MEMORY_BASE_URL "
-            "(and HARNESS_MEMORY_API_KEY)"
-        )
-    from .agent_model import LoopAwareOpenAILike  # agno is slow to import; only when needed
-
-    return LoopAwareOpenAILike(
-        id=cfg.model,
-        base_url=cfg.base_url,
-        api_key=_secret(cfg.api_key) or _NO_KEY,
-        timeout=cfg.model_timeout,
-        max_retries=1,
-    )
+    with _warned_lock:
+        if feature in _warned_features:
+            return
+        _warned_features.add(feature)
+    logger.warning("%s: no light model configured (set HARNESS_MEMORY_LIGHT_MODEL or HARNESS_MEMORY_MODEL, "
+                   "and HARNESS_MEMORY_LIGHT_BASE_URL or HARNESS_MEMORY_BASE_URL); %s", feature, consequence)
 
 
 _THINK_BLOCK = re.compile(r"<think\b[^>]*>.*?</think\s*>", re.DOTALL | re.IGNORECASE)

@@ -1,53 +1,101 @@
-"""The long-lived parts built once per process from a config: store, Redis client, locker.
+"""``MemoryServices``: the one composition root. Every long-lived part of a process lives here.
 
-Why one object: an app builds an agent per request; the COS connection pool, the Redis
-client and the lock table must be made once and shared by all those agents (and survive
-AgentOS's deep copies), not rebuilt on every ``build_agent`` call.
+Why one object: an app builds an agent per request; the COS connection pool, the Redis client,
+the lock table, the light-model clients, the session-memory workers and the auto-memory queue
+must be made once and shared by all those agents (and survive AgentOS's deep copies), not
+rebuilt on every ``build_agent`` call. Each part is a typed member, created lazily on first use
+(a CLI command that only lists files never starts a summary thread), and ``close()`` stops them
+all in one defined order:
+
+1. session memory (drains buffered runs and running summaries: needs store, Redis, light model);
+2. auto memory (flushes pending extractions: needs store and light model);
+3. the ``work`` executor (operations moved off event loops: tool calls, hooks, probes);
+4. the light models' HTTP clients;
+5. the ``io`` executor (fan-out of single store requests), then the store, then Redis.
+
+Two executors, not one, because a ``work`` task (a tool call under ``arun()``, recall in a hook)
+may fan its store reads out to ``io`` and wait for them; if both shared one bounded pool, enough
+concurrent outer tasks would occupy every thread and wait forever for inner ones.
+``io`` tasks never wait on other pool tasks.
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import logging
 import threading
 import time
+import weakref
 from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 from pydantic import SecretStr
 
 from .config import MemoryConfig
+from .errors import ModelNotConfigured
 from .layout import Place
-from .llm import LightModel, ModelNotConfigured, make_agent_model
+from .llm import LightModel
 from .locks import LocalLocker, Locker, RedisLocker, make_redis
 from .memdir import CappedText, Manifest, MemoryDir
 from .storage import LocalStore, ObjectStore, make_store
-from .tools import MemoryTools
 
 if TYPE_CHECKING:
     from agno.models.base import Model
 
+    from .auto.service import AutoMemory
+    from .recall.surfaced import SurfacedTracker
+    from .session.manager import SessionMemoryManager
+    from .tools import MemoryTools
+
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 SHARED_VIEW_TTL = 30.0
 TOOLS_CACHE_SIZE = 4096
+#: Threads running whole memory operations off an event loop (tool calls under ``arun()``,
+#: hooks, probes). Sized so 32 concurrent requests never queue behind each other.
+WORK_THREADS = 32
+CLOSE_TIMEOUT = 10.0
 
 
-@dataclass
+@dataclass(eq=False)  # identity semantics: one object per set of clients
 class MemoryServices:
+    """Store, Redis, locker, executors and (lazily) models, session memory, auto memory, recall
+    tracking — for one config. Build with ``from_config`` (or ``services_for`` for the shared
+    process-wide one); close with ``close()``."""
+
     config: MemoryConfig
     store: ObjectStore
     redis: redis.Redis | None
     locker: Locker
+    io: ThreadPoolExecutor
+    work: ThreadPoolExecutor
     _closed: bool = field(default=False, repr=False)
-    _cache_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     _shared_views: dict[str, tuple[float, Manifest, CappedText]] = field(default_factory=dict, repr=False)
     _tools: OrderedDict[tuple[str, str], MemoryTools] = field(default_factory=OrderedDict, repr=False)
+    _agent_model: Model | None = field(default=None, repr=False)
+    _agent_model_error: str | None = field(default=None, repr=False)
+    _light: LightModel | None = field(default=None, repr=False)
+    _light_made: bool = field(default=False, repr=False)
+    _extraction: LightModel | None = field(default=None, repr=False)
+    _extraction_made: bool = field(default=False, repr=False)
+    _session: SessionMemoryManager | None = field(default=None, repr=False)
+    _auto: AutoMemory | None = field(default=None, repr=False)
+    _surfaced: SurfacedTracker | None = field(default=None, repr=False)
+    #: Snapshot sync records known to be absent, per place prefix (monotonic expiry time).
+    snapshot_absent: dict[str, float] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def from_config(cls, config: MemoryConfig) -> MemoryServices:
-        store = make_store(config.store)
+    def from_config(cls, config: MemoryConfig, *, store: ObjectStore | None = None) -> MemoryServices:
+        """Build every part from ``config``. ``store`` replaces the configured store (a wrapper
+        for fault injection, or a store shared with other code); the services then own it."""
+        io = ThreadPoolExecutor(max_workers=config.store.io_threads, thread_name_prefix="hm-io")
+        store = store if store is not None else make_store(config.store, executor=io)
         limits = config.limits
         lock_dir = store.root / ".locks" if isinstance(store, LocalStore) else None
         local = LocalLocker(lock_dir, ttl=limits.lock_ttl_seconds, wait=limits.lock_wait_seconds)
@@ -57,10 +105,17 @@ class MemoryServices:
             locker = RedisLocker(client, prefix=config.redis.key_prefix, ttl=limits.lock_ttl_seconds,
                                  wait=limits.lock_wait_seconds, fallback=local,
                                  retry_after=config.redis.retry_after_seconds)
-        return cls(config=config, store=store, redis=client, locker=locker)
+        work = ThreadPoolExecutor(max_workers=WORK_THREADS, thread_name_prefix="hm-work")
+        services = cls(config=config, store=store, redis=client, locker=locker, io=io, work=work)
+        _live.add(services)  # flushed at interpreter exit unless closed before
+        return services
 
     def __deepcopy__(self, memo: dict[int, object]) -> MemoryServices:
         return self  # shared clients, never copied
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     # -- places ---------------------------------------------------------------------------
     @property
@@ -68,7 +123,7 @@ class MemoryServices:
         return self.config.store.key_prefix
 
     def memdir(self, place: Place) -> MemoryDir:
-        return MemoryDir(self.store, place, locker=self.locker, limits=self.config.limits)
+        return MemoryDir(self.store, place, locker=self.locker, limits=self.config.limits, executor=self.io)
 
     def user_agent_dir(self, user_id: str, agent_type: str = "default") -> MemoryDir:
         return self.memdir(Place.user_agent(user_id, agent_type, self.key_prefix))
@@ -90,7 +145,7 @@ class MemoryServices:
         failure answers with the last known view (or an empty one) and a warning.
         """
         now = time.monotonic()
-        with self._cache_lock:
+        with self._lock:
             hit = self._shared_views.get(shared.place.prefix)
         if hit is not None and hit[0] > now:
             return hit[1], hit[2]
@@ -100,15 +155,27 @@ class MemoryServices:
         except Exception as exc:  # a dead store must not stop the build
             log.warning("shared memory %s unavailable (%s)", shared.place.label, exc)
             return (hit[1], hit[2]) if hit else (Manifest(), CappedText("", False, 0))
-        with self._cache_lock:
+        with self._lock:
             self._shared_views[shared.place.prefix] = (now + SHARED_VIEW_TTL, manifest, index)
         return manifest, index
 
     def forget_shared_view(self, shared: MemoryDir) -> None:
         """Drop the cached view after this pod changed the shared place."""
-        with self._cache_lock:
+        with self._lock:
             self._shared_views.pop(shared.place.prefix, None)
 
+    # -- executors ------------------------------------------------------------------------
+    def submit_io(self, fn: Callable[..., T], *args: Any) -> Future[T]:
+        """Run one store-bound call in the ``io`` pool (it must not wait on other pool tasks)."""
+        return self.io.submit(fn, *args)
+
+    async def run_off_loop(self, fn: Callable[..., T], *args: Any) -> T:
+        """Await a blocking memory operation from an event loop (runs in the ``work`` pool)."""
+        import asyncio
+
+        return await asyncio.get_running_loop().run_in_executor(self.work, lambda: fn(*args))
+
+    # -- tools ----------------------------------------------------------------------------
     def memory_tools(self, user_id: str, agent_type: str = "default") -> MemoryTools:
         """The user's ``MemoryTools``, cached per pod (bounded LRU).
 
@@ -116,61 +183,133 @@ class MemoryServices:
         per build costs ~6 ms per run. Sharing is safe: the toolkit holds no per-run state and
         agno copies its functions per run.
         """
+        from .tools import MemoryTools
+
         key = (user_id, agent_type)
-        with self._cache_lock:
+        with self._lock:
             tools = self._tools.get(key)
             if tools is not None:
                 self._tools.move_to_end(key)
                 return tools
         tools = MemoryTools(self.user_agent_dir(user_id, agent_type), self.shared_agent_dir(agent_type),
-                            shared_writable=self.config.agent.shared_write)
-        with self._cache_lock:
+                            shared_writable=self.config.agent.shared_write, executor=self.work)
+        with self._lock:
             self._tools[key] = tools
             while len(self._tools) > TOOLS_CACHE_SIZE:
                 self._tools.popitem(last=False)
         return tools
 
-    def agent_model(self) -> Model:
+    # -- models ---------------------------------------------------------------------------
+    def agent_model(self, *, required: bool = False) -> Model:
         """The configured agent model, built once and shared by every agent of this process
-        (``agent_model.py`` says why that is safe); an ``UnconfiguredModel`` naming the missing
-        setting when none is configured."""
-        with self._cache_lock:
-            model = self.__dict__.get("_agent_model")
-            if model is None:
-                from .agent_model import UnconfiguredModel  # agno loads only when agents are built
+        (``agent_model.py`` says why that is safe). Unconfigured: an ``UnconfiguredModel`` whose
+        runs fail naming the missing setting, or ``ModelNotConfigured`` when ``required``."""
+        from .agent_model import UnconfiguredModel, make_agent_model  # agno loads only when agents are built
 
+        with self._lock:
+            if self._agent_model is None:
                 try:
-                    model = make_agent_model(self.config.model)
+                    self._agent_model = make_agent_model(self.config.model)
                 except ModelNotConfigured as exc:
-                    model = UnconfiguredModel(str(exc))
-                self.__dict__["_agent_model"] = model
-            return model
+                    self._agent_model_error = str(exc)
+                    self._agent_model = UnconfiguredModel(str(exc))
+            if required and self._agent_model_error is not None:
+                raise ModelNotConfigured(self._agent_model_error)
+            return self._agent_model
 
     def light_model(self) -> LightModel | None:
         """The light model for memory work (summaries, extraction, recall); None if unconfigured.
+        Built once so its HTTP clients and counters are shared."""
+        with self._lock:
+            if not self._light_made:
+                self._light = LightModel.from_config(self.config.model)
+                self._light_made = True
+            return self._light
 
-        Built once per services object so its HTTP clients and counters are shared."""
-        if "_light" not in self.__dict__:
-            self.__dict__["_light"] = LightModel.from_config(self.config.model)
-        return self.__dict__["_light"]
+    def extraction_model(self) -> LightModel | None:
+        """The auto-memory extraction model: ``auto.model`` on the light model's server, else
+        the light model itself."""
+        if not self.config.auto.model:
+            return self.light_model()
+        with self._lock:
+            if not self._extraction_made:
+                cfg = self.config.model.model_copy(update={"light_model": self.config.auto.model})
+                self._extraction = LightModel.from_config(cfg)
+                self._extraction_made = True
+            return self._extraction
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        auto = self.__dict__.get("_auto_memory")
+    # -- features -------------------------------------------------------------------------
+    def session_manager(self) -> SessionMemoryManager:
+        """Session memory of this process (buffer, summaries, their background workers)."""
+        from .session.manager import SessionMemoryManager
+
+        with self._lock:
+            if self._session is None or self._session.closed:
+                self._session = SessionMemoryManager.from_services(self)
+            return self._session
+
+    def auto_memory(self) -> AutoMemory:
+        """Auto memory of this process (capture hook, debounced queue, fact API)."""
+        from .auto.service import AutoMemory
+
+        with self._lock:
+            if self._auto is None or self._auto.closed:
+                self._auto = AutoMemory(self)
+            return self._auto
+
+    def surfaced_tracker(self) -> SurfacedTracker:
+        """Which recalled files each session has already seen (Redis-backed when configured)."""
+        from .recall.surfaced import SurfacedTracker
+
+        with self._lock:
+            if self._surfaced is None:
+                cfg = self.config
+                self._surfaced = SurfacedTracker(self.redis, key_prefix=cfg.redis.key_prefix,
+                                                 ttl_seconds=cfg.session.ttl_seconds,
+                                                 max_sessions=cfg.recall.surfaced_max_sessions,
+                                                 retry_after_seconds=cfg.redis.retry_after_seconds)
+            return self._surfaced
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
+        """Drain and stop every part, in the order in the module docstring. Idempotent; no
+        thread of these services runs afterwards."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            session, auto = self._session, self._auto
+        _live.discard(self)
+        if session is not None:
+            _quietly("session memory", lambda: session.close(timeout=timeout))
         if auto is not None:  # flush pending auto-memory updates while the store still answers
-            auto.close()
-        self.store.close()
-        light = self.__dict__.get("_light")
-        if light is not None:
-            light.close()
+            _quietly("auto memory", lambda: auto.close(timeout))
+        _quietly("work executor", lambda: self.work.shutdown(wait=True, cancel_futures=True))
+        for model in {id(m): m for m in (self._light, self._extraction) if m is not None}.values():
+            _quietly("light model", model.close)
+        _quietly("io executor", lambda: self.io.shutdown(wait=True, cancel_futures=True))
+        _quietly("store", self.store.close)
         if self.redis is not None:
-            self.redis.close()
+            _quietly("redis", self.redis.close)
+
+    def __enter__(self) -> MemoryServices:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
+def _quietly(what: str, fn: Callable[[], object]) -> None:
+    try:
+        fn()
+    except Exception as exc:  # one part failing to stop must not keep the others running
+        log.warning("closing %s failed: %s", what, exc)
+
+
+# -- the process-wide services ------------------------------------------------------------------
 _default_lock = threading.Lock()
 _defaults: dict[str, MemoryServices] = {}
+_live: weakref.WeakSet[MemoryServices] = weakref.WeakSet()
 
 
 def _identity(config: MemoryConfig) -> str:
@@ -186,10 +325,20 @@ def _identity(config: MemoryConfig) -> str:
 
 
 def services_for(config: MemoryConfig) -> MemoryServices:
-    """The process-wide services for ``config`` (same config -> same clients)."""
+    """The process-wide services for ``config`` (same config -> same clients), closed at exit."""
     key = _identity(config)
     with _default_lock:
         svc = _defaults.get(key)
-        if svc is None or svc._closed:
+        if svc is None or svc.closed:
             svc = _defaults[key] = MemoryServices.from_config(config)
         return svc
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    """Flush pending memory work when the interpreter exits (the only atexit hook we keep)."""
+    for svc in list(_live):
+        _quietly("services", lambda s=svc: s.close(timeout=5.0))
+
+
+__all__ = ["SHARED_VIEW_TTL", "MemoryServices", "services_for"]

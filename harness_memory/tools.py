@@ -7,7 +7,7 @@ invents can reach another user's memory. Names starting with ``shared/`` address
 agent memory, read-only unless the config lets agents write it.
 
 Each tool is a sync function plus an async twin (agno uses only async tools under ``arun()``
-and only sync ones under ``run()``); the twins run the same code in the store's thread pool.
+and only sync ones under ``run()``); the twins run the same code in the services' ``work`` pool.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import Callable
+from concurrent.futures import Executor
 from typing import Any
 
 from agno.tools import Toolkit
@@ -74,7 +75,9 @@ class MemoryTools(Toolkit):
     """Agent-facing file tools over a user's memory place (and, read-only, the shared one)."""
 
     def __init__(self, own: MemoryDir, shared: MemoryDir | None = None, *, shared_writable: bool = False,
-                 name: str = "memory_tools") -> None:
+                 name: str = "memory_tools", executor: Executor | None = None) -> None:
+        #: Runs the async twins' blocking work (the services' ``work`` pool; None: asyncio's default).
+        self.executor = executor
         self.own = own
         self.shared = shared
         self.shared_writable = shared_writable
@@ -197,7 +200,7 @@ class MemoryTools(Toolkit):
     # -- async twins ----------------------------------------------------------------------
     async def _in_pool(self, fn: Callable[..., str], *args: Any) -> str:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.own.store._pool, lambda: fn(*args))
+        return await loop.run_in_executor(self.executor, lambda: fn(*args))
 
     async def asave_file(self, file_name: str, content: str) -> str:
         return await self._in_pool(self.save_file, file_name, content)

@@ -131,7 +131,7 @@ def test_warns_when_prompt_would_be_dropped(cfg: MemoryConfig, caplog: pytest.Lo
 
 def test_inject_memory_tools_into_own_agent(cfg: MemoryConfig, llm_server: ScriptedLLM) -> None:
     services_for(cfg).user_agent_dir("u9").save("x.md", MEMORY)
-    from harness_memory.llm import make_agent_model
+    from harness_memory.agent_model import make_agent_model
 
     agent = Agent(model=make_agent_model(cfg.model), user_id="u9", additional_context="Mine.", telemetry=False)
     inject_memory_tools(agent, config=cfg)

@@ -7,9 +7,10 @@ import threading
 import weakref
 from collections.abc import Callable
 
-from harness_memory.auto import AutoMemory, DebounceQueue, QueuePolicy, QueueWorker, auto_memory_for
+import pytest
+
+from harness_memory.auto import DebounceQueue, QueuePolicy, QueueWorker, auto_memory_for
 from harness_memory.auto.model import Batch, CapturedMessage, QueueKey, Signals
-from harness_memory.auto.service import _close_at_exit
 from harness_memory.config import MemoryConfig
 from harness_memory.services import MemoryServices
 from tests.fakellm import ScriptedLLM, text
@@ -207,15 +208,19 @@ def test_failures_are_retried_then_abandoned() -> None:
 
 
 def test_exit_handler_flushes_pending_updates(make_config: Callable[..., MemoryConfig],
-                                             llm_server: ScriptedLLM) -> None:
+                                             llm_server: ScriptedLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness_memory import services as services_module
+
     cfg = make_config(model={"model": "fake-model", "base_url": llm_server.base_url, "api_key": "k"},
                       auto={"debounce_seconds": 3600})
     services = MemoryServices.from_config(cfg)
-    auto = AutoMemory(services)
+    assert services in services_module._live  # every services object is flushed at interpreter exit
+    monkeypatch.setattr(services_module, "_live", weakref.WeakSet([services]))
+    auto = services.auto_memory()
     llm_server.script(text('{"newFacts": [{"content": "Likes tea", "category": "preference", "confidence": 0.9}]}'))
     auto.capture("u1", "s1", [{"role": "user", "content": "I like tea"}])
     assert llm_server.chat_requests == []  # an hour of debounce left
-    _close_at_exit(weakref.ref(auto))  # what atexit runs at interpreter exit
+    services_module._close_at_exit()  # what atexit runs at interpreter exit
     assert "I like tea" in llm_server.chat_requests[0].messages[-1]["content"]
     assert [f.content for f in auto.list_facts("u1")] == ["Likes tea"]
     auto.capture("u1", "s1", [{"role": "user", "content": "after close"}])

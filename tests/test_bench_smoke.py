@@ -12,10 +12,10 @@ import inspect
 from collections.abc import Iterator
 
 import pytest
+
 from bench import bench_auto, common
 from bench.run import BENCHES, END, START, Section, readme_block, replace_block, results_markdown, run_bench
 from bench.targets import evaluate_targets, parse_tables
-
 from tests.servers import RedisServer, SeaweedFS
 
 pytestmark = pytest.mark.timeout(300)

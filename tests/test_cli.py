@@ -171,7 +171,7 @@ def test_snapshot_status_and_sync(cfg: MemoryConfig, cli: Cli) -> None:
 def test_session_show(cfg: MemoryConfig, cli: Cli) -> None:
     from harness_memory.session.binding import bind_session
 
-    session_id, _ = bind_session("u1", "chat-7", cfg.server)
+    session_id, _ = bind_session("u1", "chat-7", cfg.session.bind_to_user)
     services_for(cfg).store.put(f"memory/sessions/session-{session_id}.md", b"## Task\nBook Tokyo.\n")
     bound, raw = cli.many(["session", "show", "chat-7", "--user", "u1"], ["session", "show", session_id])
     shown = json.loads(bound.stdout)

@@ -9,16 +9,15 @@ import time
 
 import pytest
 
+from harness_memory.agent_model import make_agent_model
 from harness_memory.config import ModelConfig
-from harness_memory.errors import HarnessMemoryError
+from harness_memory.errors import HarnessMemoryError, ModelNotConfigured
 from harness_memory.llm import (
     LightModel,
     LLMError,
     LLMResult,
     LLMTimeout,
-    ModelNotConfigured,
     extract_json,
-    make_agent_model,
     strip_think,
 )
 from tests.fakellm import ScriptedLLM, delay, empty_choices, error, raw, raw_body, text, tool_calls

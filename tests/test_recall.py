@@ -16,9 +16,10 @@ from agno.agent import Agent
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from harness_memory.agent_model import make_agent_model
 from harness_memory.config import MemoryConfig, RecallConfig
 from harness_memory.layout import Place
-from harness_memory.llm import LightModel, make_agent_model
+from harness_memory.llm import LightModel
 from harness_memory.memdir import Manifest, ManifestEntry, MemoryDir
 from harness_memory.recall import (
     SurfacedTracker,

@@ -11,7 +11,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from examples.agentos_mount import MEMORY_PREFIX, build_app
-
 from harness_memory.config import MemoryConfig
 from tests.fakellm import ScriptedLLM, text
 

@@ -11,8 +11,8 @@ from fastapi import FastAPI
 
 from harness_memory.auto.service import auto_memory_for
 from harness_memory.config import MemoryConfig
+from harness_memory.control.bundle import Bundle, BundleFile, BundlePlace
 from harness_memory.server import create_app
-from harness_memory.server.bundle import Bundle, BundleFile, BundlePlace
 from harness_memory.services import services_for
 from harness_memory.session.binding import bind_session
 from tests.servers import RedisServer, SeaweedFS
@@ -164,7 +164,7 @@ async def test_import_naming_another_user_lands_in_the_callers_memory(cfg: Memor
 
 
 async def test_another_users_session_id_reaches_only_ones_own_session(cfg: MemoryConfig) -> None:
-    u1_session, _ = bind_session("u1", None, cfg.server)
+    u1_session, _ = bind_session("u1", None, cfg.session.bind_to_user)
     services = services_for(cfg)
     services.store.put(f"memory/sessions/session-{u1_session}.md", f"# Summary\n\n{SECRET}\n".encode())
     async with api(cfg, **bearer()) as c:

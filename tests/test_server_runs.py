@@ -71,7 +71,7 @@ async def test_run_sends_the_memory_prompt_and_creates_the_session(cfg: MemoryCo
 
 
 async def test_the_session_summary_is_injected_at_entry(cfg: MemoryConfig, llm_server: ScriptedLLM) -> None:
-    session_id, _ = bind_session("u1", None, cfg.server)
+    session_id, _ = bind_session("u1", None, cfg.session.bind_to_user)
     store_summary(cfg, session_id)
     answer_all(llm_server)
     async with api(cfg, wid="u1") as c:
@@ -86,7 +86,7 @@ async def test_the_session_summary_is_injected_at_entry(cfg: MemoryConfig, llm_s
 
 
 async def test_another_users_session_id_gets_no_summary(cfg: MemoryConfig, llm_server: ScriptedLLM) -> None:
-    u1_session, _ = bind_session("u1", None, cfg.server)
+    u1_session, _ = bind_session("u1", None, cfg.session.bind_to_user)
     store_summary(cfg, u1_session)
     answer_all(llm_server)
     async with api(cfg, wid="u2") as c:
@@ -98,7 +98,7 @@ async def test_another_users_session_id_gets_no_summary(cfg: MemoryConfig, llm_s
 
 async def test_a_client_chosen_session_id_is_bound_to_the_user(cfg: MemoryConfig, llm_server: ScriptedLLM
                                                                ) -> None:
-    bound, _ = bind_session("u1", "chat-42", cfg.server)
+    bound, _ = bind_session("u1", "chat-42", cfg.session.bind_to_user)
     assert bound.startswith("chat-42-") and bound != "chat-42"
     store_summary(cfg, bound)
     answer_all(llm_server)
@@ -112,7 +112,7 @@ async def test_a_client_chosen_session_id_is_bound_to_the_user(cfg: MemoryConfig
 
 
 async def test_streaming_answers_server_sent_events(cfg: MemoryConfig, llm_server: ScriptedLLM) -> None:
-    session_id, _ = bind_session("u1", None, cfg.server)
+    session_id, _ = bind_session("u1", None, cfg.session.bind_to_user)
     store_summary(cfg, session_id)
     answer_all(llm_server, "Streamed answer about Shibuya.")
     async with api(cfg, wid="u1") as c:

@@ -78,7 +78,7 @@ async def test_profile_round_trip_and_shared_facts(cfg: MemoryConfig) -> None:
 # -- session debug -------------------------------------------------------------------------------
 async def test_session_debug_shows_buffer_state_lock_and_summaries(cfg: MemoryConfig) -> None:
     services = services_for(cfg)
-    session_id, _ = bind_session("u1", None, cfg.server)
+    session_id, _ = bind_session("u1", None, cfg.session.bind_to_user)
     manager = session_manager_for(services)
     manager.collect_messages_sync(session_id, [{"role": "user", "content": "Plan my Tokyo trip"},
                                                {"role": "assistant", "content": "Sure: hotels first."}])
@@ -94,7 +94,7 @@ async def test_session_debug_shows_buffer_state_lock_and_summaries(cfg: MemoryCo
         # A second pod (its own services and manager) sees the same Redis state: same hash.
         other = MemoryServices.from_config(cfg)
         try:
-            from harness_memory.server.integrations import session_debug
+            from harness_memory.control.integrations import session_debug
 
             assert session_debug(other, session_id)["state_hash"] == view["state_hash"]
             token = f"other-pod:99/{secrets.token_hex(8)}"

@@ -20,7 +20,7 @@ import pytest
 
 from harness_memory.auto.service import auto_memory_for
 from harness_memory.config import MemoryConfig
-from harness_memory.server.bundle_zip import ZIP_INDEX
+from harness_memory.control.bundle_zip import ZIP_INDEX
 from harness_memory.services import services_for
 
 from .test_server_memory import GOOD, PREFS, api, error_of, keys, stored

@@ -11,22 +11,18 @@ reads the user's and the shared auto place's manifests and renders the reminder 
 
 from __future__ import annotations
 
-import atexit
 import datetime as dt
 import logging
 import re
-import threading
 import time
 import uuid
-import weakref
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import HarnessMemoryError, InvalidName
 from ..layout import validate_id
-from ..llm import LightModel
-from ..services import MemoryServices
+from ..llm import LightModel, warn_no_light_model
 from .apply import ApplyReport, NewFact, prepare_fact, trim_facts, upsert_fact
 from .capture import capture_messages, capture_run, detect_signals
 from .inject import INTRO, render_injection_block
@@ -47,12 +43,14 @@ from .queue import QueuePolicy, QueueStats, QueueWorker
 from .store import AutoPlace, AutoView
 from .updater import Updater, UpdateResult, UpdateStatus
 
+if TYPE_CHECKING:
+    from ..hooks import HookCall
+    from ..services import MemoryServices
+    from .hook import AutoMemoryHook
+
 log = logging.getLogger(__name__)
 
 _SKIP_STATUSES = {"error", "cancelled", "ERROR", "CANCELLED"}
-HOOK_NAME = "auto_memory_post_hook"
-
-
 SHARED_VIEW_TTL = 30.0
 
 
@@ -79,29 +77,16 @@ class AutoMemory:
                                   start_threads=start_worker)
         #: The last update results (tests, benchmarks, the control plane's debug view).
         self.results: deque[UpdateResult] = deque(maxlen=100)
-        self._model_lock = threading.Lock()
         self._closed = False
-        self._warned_no_model = False
         self._shared_cache: tuple[float, AutoView] | None = None
-        ref = weakref.ref(self)
-        atexit.register(_close_at_exit, ref)
 
     # -- write path -----------------------------------------------------------------------------
-    def make_post_hook(self, agent_type: str = "default") -> Callable[..., None]:
-        """A plain sync function for ``Agent(post_hooks=[...])`` (works under run() and arun()).
+    def make_post_hook(self, agent_type: str = "default") -> AutoMemoryHook:
+        """The hook for ``Agent(post_hooks=[...])`` (``auto/hook.py``; imports agno): it only
+        captures and enqueues — never waits for the store or a model — and never raises."""
+        from .hook import AutoMemoryHook
 
-        It only captures and enqueues — never waits for the store or a model — and never raises.
-        """
-        validate_id(agent_type, "agent type")
-
-        def auto_memory_post_hook(run_output: Any, agent: Any = None, session: Any = None,
-                                  run_context: Any = None, user_id: str | None = None) -> None:
-            try:
-                self._capture_hook(agent_type, run_output, agent, session, run_context, user_id)
-            except Exception:  # a memory failure must never fail the user's run
-                log.exception("auto-memory capture failed")
-
-        return auto_memory_post_hook
+        return AutoMemoryHook(self, agent_type)
 
     def capture(self, user_id: str, session_id: str, messages: list[Any], *, agent_type: str = "default",
                 run_id: str | None = None) -> int:
@@ -119,6 +104,10 @@ class AutoMemory:
     def run_due(self, now: float | None = None) -> int:
         """Process due updates in this thread (manual mode: ``start_worker=False``)."""
         return self.worker.run_due(now)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def close(self, timeout: float | None = None) -> None:
         """Flush (bounded) and stop the worker threads. Idempotent."""
@@ -240,25 +229,18 @@ class AutoMemory:
 
     def _light_model(self) -> LightModel | None:
         """The extraction model: ``auto.model`` on the light model's server, else the light model."""
-        if not self.config.model:
-            return self.services.light_model()
-        with self._model_lock:
-            if "_auto_model" not in self.__dict__:
-                cfg = self.services.config.model.model_copy(update={"light_model": self.config.model})
-                self.__dict__["_auto_model"] = LightModel.from_config(cfg)
-            return self.__dict__["_auto_model"]
+        return self.services.extraction_model()
 
-    def _capture_hook(self, agent_type: str, run_output: Any, agent: Any, session: Any, run_context: Any,
-                      user_id: str | None) -> None:
+    def capture_hook_call(self, agent_type: str, call: HookCall) -> None:
+        """What the post-hook does with one finished run (skips errored and cancelled runs)."""
+        run_output = call.run_output
         if not self.config.enabled or run_output is None:
             return
         status = getattr(run_output, "status", None)
         if str(getattr(status, "value", status)) in _SKIP_STATUSES:
             return
-        uid = (getattr(run_output, "user_id", None) or user_id or getattr(run_context, "user_id", None)
-               or getattr(agent, "user_id", None))
-        sid = (getattr(run_output, "session_id", None) or getattr(run_context, "session_id", None)
-               or getattr(session, "session_id", None) or getattr(agent, "session_id", None) or "default")
+        uid = call.resolved_user_id
+        sid = call.session_id or "default"
         if not uid:
             log.debug("auto memory: run without a user id is not captured")
             return
@@ -268,10 +250,7 @@ class AutoMemory:
         if not messages or not self.config.enabled:
             return
         if self._light_model() is None:
-            if not self._warned_no_model:
-                self._warned_no_model = True
-                log.warning("auto memory: no light model configured (HARNESS_MEMORY_LIGHT_MODEL or "
-                            "HARNESS_MEMORY_MODEL + BASE_URL); conversations are not learned from")
+            warn_no_light_model("auto memory", "conversations are not learned from")
             return
         try:
             key = QueueKey(validate_id(user_id, "user id"), validate_id(agent_type, "agent type"),
@@ -307,13 +286,6 @@ def _checked(content: object, category: object, confidence: object, source_error
     return checked
 
 
-def _close_at_exit(ref: weakref.ref[AutoMemory]) -> None:
-    memory = ref()
-    if memory is not None:
-        memory.close()
-
-
-_registry_lock = threading.Lock()
 _OLD_BLOCK = re.compile(r"\n*<system-reminder>\n" + re.escape(INTRO) + r".*?</system-reminder>\n?", re.DOTALL)
 
 
@@ -335,16 +307,13 @@ def attach_auto_memory(agent: Any, services: MemoryServices, user_id: str, agent
         agent.additional_context = f"{existing}\n\n{block}" if existing else block
     else:
         agent.additional_context = existing or None
-    hooks = [h for h in (agent.post_hooks or []) if getattr(h, "__name__", "") != HOOK_NAME]
+    from .hook import AutoMemoryHook
+
+    hooks = [h for h in (agent.post_hooks or []) if not isinstance(h, AutoMemoryHook)]
     agent.post_hooks = [*hooks, auto.make_post_hook(agent_type)]
     return block
 
 
 def auto_memory_for(services: MemoryServices) -> AutoMemory:
-    """The one ``AutoMemory`` of ``services`` (created on first use)."""
-    with _registry_lock:
-        memory = services.__dict__.get("_auto_memory")
-        if memory is None or memory._closed:
-            memory = AutoMemory(services)
-            services.__dict__["_auto_memory"] = memory
-        return memory
+    """The one ``AutoMemory`` of ``services`` (``services.auto_memory()``, created on first use)."""
+    return services.auto_memory()

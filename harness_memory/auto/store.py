@@ -16,10 +16,10 @@ Layout of a place (``users/<uid>/projects/<project>/memory/`` or the shared
   may be sent twice, and fact dedupe makes that harmless.
 
 Why one transaction instead of ``MemoryDir.save`` per fact: an update touches several files;
-the place lock is not re-entrant, and per-file saves would cost ~6 requests each. Here the
-lock is taken once, the files are written, the manifest is committed once (conditional PUT as
-a second guard) and MEMORY.md re-rendered once. A failed manifest commit rolls the file
-writes back, like ``MemoryDir`` does.
+the place lock is not re-entrant, and per-file saves would cost ~6 requests each. An update is
+one ``PlaceTxn`` (memdir's single write path): the lock is taken once, the files are written,
+the manifest is committed once (conditional PUT as a second guard) and MEMORY.md re-rendered
+once; a failed manifest commit rolls the file writes back.
 """
 
 from __future__ import annotations
@@ -29,13 +29,12 @@ import datetime as dt
 import json
 import logging
 import re
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..errors import MemoryFormatError, StorageError
-from ..memdir import Manifest, ManifestEntry, MemoryDir, MemoryFile, MemoryType, parse_memory
+from ..memdir import Manifest, ManifestEntry, MemoryDir, MemoryFile, MemoryType, PlaceTxn, TxnResult, parse_memory
 from .model import FACT_PREFIX, PROFILE_FILE, Category, Fact, Profile, ProfileKey
 
 log = logging.getLogger(__name__)
@@ -214,12 +213,14 @@ class AutoPlace:
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[AutoTxn]:
-        """Hold the place lock, yield the current state; committed when the block ends cleanly."""
-        with self.dir.locker.hold(self.dir.place.lock_name()):
-            manifest, etag = self.dir.load_manifest()
-            txn = AutoTxn(self, manifest, etag)
+        """Hold the place lock, yield the current state; committed (one ``PlaceTxn``: the fact and
+        profile files, the manifest, the watermarks) when the block ends cleanly."""
+        with self.dir.transaction() as place_txn:
+            txn = AutoTxn(self, place_txn)
             yield txn
-            txn.commit()
+            txn.stage()
+        if place_txn.committed is not None:
+            txn.done(place_txn.committed)
 
     def _read_profile_file(self) -> Profile:
         try:
@@ -230,17 +231,19 @@ class AutoPlace:
 
 
 class AutoTxn:
-    """Changes to one place under its lock. Mutate ``view`` through the methods, then commit."""
+    """Changes to one place under its lock. Mutate ``view`` through the methods; staged into the
+    place's ``PlaceTxn`` when the transaction block ends."""
 
-    def __init__(self, place: AutoPlace, manifest: Manifest, etag: str | None) -> None:
+    def __init__(self, place: AutoPlace, place_txn: PlaceTxn) -> None:
         self.place = place
-        self.manifest = manifest
-        self.etag = etag
-        self.view = place.view_of(manifest)
+        self.place_txn = place_txn
+        self.manifest = place_txn.manifest
+        self.view = place.view_of(self.manifest)
         self._changed: set[str] = set()
         self._deleted: set[str] = set()
         self._profile_changed = False
         self._marks: Watermarks | None = None
+        self._written: list[Fact] = []
 
     # -- mutations ----------------------------------------------------------------------------
     def put_fact(self, fact: Fact) -> None:
@@ -267,72 +270,47 @@ class AutoTxn:
             self._marks = self.place.read_watermarks()
         return self._marks
 
-    # -- commit ---------------------------------------------------------------------------------
-    def commit(self) -> None:
-        if not (self._changed or self._deleted or self._profile_changed or self._marks is not None):
-            return
-        d = self.place.dir
-        store, now = d.store, time.time()
-        entries: dict[str, ManifestEntry] = {}
-        previous: dict[str, bytes | None] = {}
-        files = {fid: self.view.facts[fid] for fid in self._changed}
+    # -- staging --------------------------------------------------------------------------------
+    def stage(self) -> None:
+        """Put the changes into the place transaction: fact files (keeping a person's notes and
+        extra frontmatter of an existing file), the profile, removals, the profile mirror in the
+        manifest's meta, and the watermarks."""
+        txn, d = self.place_txn, self.place.dir
+        files = {fid: self.view.facts[fid] for fid in self._changed if fid in self.view.facts}
+        txn.prefetch([f.file for f in files.values()] + ([PROFILE_FILE] if self._profile_changed else []))
         limit_left = d.limits.max_files_per_place - len(self.manifest.entries)
-        try:
-            for fid, fact in files.items():
-                key = d.place.key(fact.file)
-                old = store.get_or_none(key)
-                if old is None and fact.file not in self.manifest.entries:
-                    if limit_left <= 0:
-                        log.warning("%s is full; fact %r not stored", d.place.label, fact.content[:60])
-                        self.view.facts.pop(fid, None)
-                        continue
-                    limit_left -= 1
-                prior = _parse_or_none(old.data if old else None)
-                entries[fact.file] = self._write(key, fact.file, fact_memory(fact, prior), old, previous, now)
-                fact.stamp = now
-            if self._profile_changed:
-                key = d.place.key(PROFILE_FILE)
-                old = store.get_or_none(key)
-                entries[PROFILE_FILE] = self._write(key, PROFILE_FILE, profile_memory(self.view.profile),
-                                                    old, previous, now)
-            self._commit_manifest(entries, now)
-        except Exception:
-            for key, data in previous.items():
-                with contextlib.suppress(Exception):
-                    store.put(key, data) if data is not None else store.delete(key)
-            raise
+        for fid, fact in files.items():
+            old = txn.read(fact.file)
+            if old is None and fact.file not in self.manifest.entries:
+                if limit_left <= 0:
+                    log.warning("%s is full; fact %r not stored", d.place.label, fact.content[:60])
+                    self.view.facts.pop(fid, None)
+                    continue
+                limit_left -= 1
+            txn.write(fact.file, fact_memory(fact, _parse_or_none(old.data if old else None)))
+            self._written.append(fact)
+        if self._profile_changed:
+            txn.write(PROFILE_FILE, profile_memory(self.view.profile))
         for fid in self._deleted:
-            with contextlib.suppress(StorageError):
-                store.delete(d.place.key(fid + ".md"))
+            txn.delete(fid + ".md")
+        if self._profile_changed or self._written:
+            txn.mutate(self._mirror_profile)
         if self._marks is not None:
-            try:
-                store.put(self.place.state_key, self._marks.to_bytes(), content_type="application/json")
-            except StorageError as exc:
-                log.warning("auto-memory watermarks of %s not saved (%s)", d.place.label, exc)
+            txn.put_state(STATE_FILE, self._marks.to_bytes())
 
-    def _write(self, key: str, file: str, memory: MemoryFile, old: object, previous: dict[str, bytes | None],
-               now: float) -> ManifestEntry:
-        text = memory.render()
-        self.place.dir.check_content(text)
-        data = text.encode("utf-8")
-        previous[key] = getattr(old, "data", None)
-        self.place.dir.store.put(key, data, content_type="text/markdown; charset=utf-8")
-        prior = self.manifest.entries.get(file)
-        return ManifestEntry.from_memory(file, memory, len(data), created_at=prior.created_at if prior else None,
-                                         now=now)
+    def _mirror_profile(self, manifest: Manifest) -> None:
+        """The profile in the manifest's meta, stamped with its entry's time, so readers need not
+        open the profile file unless a person edited it since."""
+        profile_entry = manifest.entries.get(PROFILE_FILE)
+        if profile_entry is not None and self._profile_changed:
+            manifest.meta[META_KEY] = {"version": 1, "profile": self.view.profile.to_json(),
+                                       "profile_stamp": profile_entry.updated_at}
 
-    def _commit_manifest(self, entries: dict[str, ManifestEntry], now: float) -> None:
-        def mutate(manifest: Manifest) -> None:
-            manifest.entries.update(entries)
-            for fid in self._deleted:
-                manifest.entries.pop(fid + ".md", None)
-            profile_entry = manifest.entries.get(PROFILE_FILE)
-            if profile_entry is not None and (self._profile_changed or PROFILE_FILE in entries):
-                manifest.meta[META_KEY] = {"version": 1, "profile": self.view.profile.to_json(),
-                                           "profile_stamp": profile_entry.updated_at}
-
-        # Under the place lock (held by the caller), starting from the manifest read in it.
-        self.manifest = self.place.dir.commit_locked(mutate, start=(self.manifest, self.etag))
+    def done(self, result: TxnResult) -> None:
+        self.manifest = result.manifest
+        stamps = {s.file: s.entry.updated_at for s in result.saved}
+        for fact in self._written:
+            fact.stamp = stamps.get(fact.file, fact.stamp)
 
 
 def _parse_or_none(data: bytes | None) -> MemoryFile | None:

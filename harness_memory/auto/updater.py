@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..config import AutoMemoryConfig
-from ..llm import LightModel, LLMError, extract_json
+from ..llm import LightModel, LLMError, extract_json, warn_no_light_model
 from ..tokens import count_tokens, truncate_to_tokens
 from .apply import ApplyReport, ApplyRules, NewFact, UpdatePlan, apply_plan
 from .model import Batch, CapturedMessage, Category, ProfileKey, QueueKey, Signals
@@ -266,7 +266,6 @@ class Updater:
         self._model = model
         self.config = config
         self._today = today
-        self._warned_no_model = False
 
     def run(self, place: AutoPlace, batch: Batch) -> UpdateResult:
         cfg = self.config
@@ -278,10 +277,7 @@ class Updater:
             return UpdateResult(UpdateStatus.SKIPPED, batch.key, reason="no new user messages")
         model = self._model()
         if model is None:
-            if not self._warned_no_model:
-                log.warning("auto memory: no light model configured (HARNESS_MEMORY_LIGHT_MODEL / "
-                            "HARNESS_MEMORY_MODEL); conversations are not learned from")
-                self._warned_no_model = True
+            warn_no_light_model("auto memory", "conversations are not learned from")
             return UpdateResult(UpdateStatus.SKIPPED, batch.key, reason="no model")
         messages = build_messages(snapshot, unseen, batch.signals, threshold=cfg.fact_confidence_threshold,
                                   today=self._today(), max_conversation_tokens=cfg.max_conversation_tokens)

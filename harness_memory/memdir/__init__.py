@@ -1,10 +1,12 @@
 """memdir: memory files, the MEMORY.md index and manifest, and one place as a directory."""
 
-from .directory import MemoryDir, ReadResult, SaveResult
+from .directory import MemoryDir, ReadResult
 from .index import CappedText, Manifest, ManifestEntry, cap_index, index_line, parse_index, render_index
 from .model import FRONTMATTER_EXAMPLE, MemoryFile, MemoryType, parse_memory, split_frontmatter
+from .txn import ABSENT, PlaceTxn, SaveResult, TxnResult, is_state_file
 
 __all__ = [
+    "ABSENT",
     "FRONTMATTER_EXAMPLE",
     "CappedText",
     "Manifest",
@@ -12,10 +14,13 @@ __all__ = [
     "MemoryDir",
     "MemoryFile",
     "MemoryType",
+    "PlaceTxn",
     "ReadResult",
     "SaveResult",
+    "TxnResult",
     "cap_index",
     "index_line",
+    "is_state_file",
     "parse_index",
     "parse_memory",
     "render_index",

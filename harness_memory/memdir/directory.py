@@ -2,10 +2,11 @@
 
 Why the write path looks like this: the manifest is the index of record and is updated
 read-modify-write under the place lock, with a conditional PUT (If-Match / create-only) as a
-second guard where the backend enforces it. The memory file is written first; if the index
-update then fails, the file write is rolled back (best effort), so a failed save leaves the
-place as it was. MEMORY.md is re-rendered from the manifest after every change; if only that
-write fails the next change heals it, and readers use the manifest anyway.
+second guard where the backend enforces it. Every write — one file or many, a delete, a
+snapshot, an auto-memory update, an import — is one ``PlaceTxn`` (``memdir/txn.py``): the files
+are written first; if the index update then fails, the file writes are rolled back, so a failed
+save leaves the place as it was. MEMORY.md is re-rendered from the manifest after every change;
+if only that write fails the next change heals it, and readers use the manifest anyway.
 """
 
 from __future__ import annotations
@@ -13,30 +14,21 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Literal
 
 from ..config import LimitsConfig
 from ..errors import MemoryFormatError, ObjectNotFound, PreconditionFailed, StorageError
 from ..layout import INDEX_FILE, MANIFEST_FILE, Place, validate_filename
 from ..locks import LocalLocker, Locker
-from ..storage.base import ObjectStore, StoredObject
+from ..storage.base import ObjectStore
 from .index import CappedText, Manifest, ManifestEntry, cap_index, parse_index, render_index
 from .model import MemoryFile, parse_memory
+from .txn import ABSENT, PlaceTxn, SaveResult, TxnResult
 
 log = logging.getLogger(__name__)
 COMMIT_ATTEMPTS = 6
-#: ``MemoryDir.save(..., expect=ABSENT)``: create only.
-ABSENT = "absent"
-
-
-@dataclass(frozen=True, slots=True)
-class SaveResult:
-    file: str
-    created: bool
-    entry: ManifestEntry
-    index_warning: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +43,12 @@ class MemoryDir:
     """Memory files of one place, bound to a store, a locker and the size limits."""
 
     def __init__(self, store: ObjectStore, place: Place, *, locker: Locker | None = None,
-                 limits: LimitsConfig | None = None) -> None:
+                 limits: LimitsConfig | None = None, executor: Executor | None = None) -> None:
         self.store = store
         self.place = place
         self.limits = limits or LimitsConfig()
+        #: Runs a transaction's file reads and writes concurrently (the services' ``io`` pool).
+        self.executor = executor
         self.locker = locker or LocalLocker(ttl=self.limits.lock_ttl_seconds, wait=self.limits.lock_wait_seconds)
 
     def __repr__(self) -> str:
@@ -109,6 +103,16 @@ class MemoryDir:
         return [ManifestEntry(file=f, name=n, description=d, type="")
                 for n, f, d in parse_index(obj.data.decode("utf-8", errors="replace"))]
 
+    def memory_files(self, manifest: Manifest | None = None) -> set[str]:
+        """Every memory file of the place: the index's entries plus any file LIST finds (orphans
+        too). LISTs the place: for operator actions (replace, import), never an agent build."""
+        files = set((manifest or self.manifest()).entries)
+        for info in self.store.list(self.place.prefix):
+            name = info.key[len(self.place.prefix):]
+            if name != INDEX_FILE and name.endswith(".md") and not any(p.startswith(".") for p in name.split("/")):
+                files.add(name)
+        return files
+
     # -- writing --------------------------------------------------------------------------
     def check_content(self, content: str) -> MemoryFile:
         """Validate size and frontmatter before anything is written."""
@@ -124,6 +128,20 @@ class MemoryDir:
             raise MemoryFormatError("content contains a NUL character")
         return parse_memory(content)
 
+    def transaction(self) -> contextlib.AbstractContextManager[PlaceTxn]:
+        """Hold the place lock and yield a ``PlaceTxn`` started from the current manifest; what
+        the block stages is committed when it ends without an exception (nothing otherwise)."""
+        return self._transaction()
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[PlaceTxn]:
+        with self.locker.hold(self.place.lock_name()):
+            manifest, etag = self.load_manifest()
+            txn = PlaceTxn(self, manifest, etag)
+            yield txn
+            if txn.staged:
+                txn.commit()
+
     def save(self, file: str, content: str, *, expect: str | None = None) -> SaveResult:
         """Write a memory file (create or overwrite) and its index entry, atomically as a unit.
 
@@ -132,10 +150,10 @@ class MemoryDir:
         changed or is gone) — checked under the place lock, so two editors cannot both win.
         """
         file = validate_filename(file)
-        memory = self.check_content(content)
-        data = content.encode("utf-8")
-        with self.locker.hold(self.place.lock_name()):
-            return self._write_locked(file, memory, data, expect=expect)
+        self.check_content(content)  # refuse bad content before waiting for the lock
+        with self.transaction() as txn:
+            txn.write(file, content, expect=expect)
+        return _committed(txn).saved[0]
 
     def save_memory(self, file: str, memory: MemoryFile) -> SaveResult:
         return self.save(file, memory.render())
@@ -146,44 +164,25 @@ class MemoryDir:
         Everything is validated before the first write; if the index update fails, every file
         written here is rolled back, so the place is either fully updated or unchanged.
         """
-        checked = [(validate_filename(f), self.check_content(c), c.encode("utf-8")) for f, c in items]
-        if len({f for f, _, _ in checked}) != len(checked):
+        checked = [(validate_filename(f), c) for f, c in items]
+        for _, content in checked:
+            self.check_content(content)
+        if len({f for f, _ in checked}) != len(checked):
             raise MemoryFormatError("the same file name appears twice in one batch")
-        with self.locker.hold(self.place.lock_name()):
-            manifest, etag = self.load_manifest()
-            new_files = [f for f, _, _ in checked if f not in manifest.entries]
-            if len(manifest.entries) + len(new_files) > self.limits.max_files_per_place:
-                raise MemoryFormatError(
-                    f"this batch would bring the place to {len(manifest.entries) + len(new_files)} files; "
-                    f"the limit is {self.limits.max_files_per_place}"
-                )
-            previous: dict[str, bytes | None] = {}
-            results: list[SaveResult] = []
-            try:
-                for file, memory, data in checked:
-                    key = self.place.key(file)
-                    prior = self.store.get_or_none(key)
-                    previous[key] = prior.data if prior else None
-                    self.store.put(key, data, content_type="text/markdown; charset=utf-8")
-                    prior_entry = manifest.entries.get(file)
-                    entry = ManifestEntry.from_memory(file, memory, len(data),
-                                                      created_at=prior_entry.created_at if prior_entry else None)
-                    results.append(SaveResult(file, prior is None, entry))
-                self.commit_locked(lambda m: m.entries.update({r.file: r.entry for r in results}),
-                                   start=(manifest, etag))
-            except Exception:
-                for key, data in previous.items():
-                    self._rollback(key, data)
-                raise
-            return results
+        with self.transaction() as txn:
+            for file, content in checked:
+                txn.write(file, content)
+        return _committed(txn).saved
 
     def replace_chunk(self, file: str, old: str, new: str, *, replace_all: bool = False) -> SaveResult:
         """Replace an exact chunk of a memory file (must match once unless ``replace_all``)."""
         file = validate_filename(file)
         if not old:
             raise MemoryFormatError("old_chunk must not be empty; use save_file to rewrite a whole file")
-        with self.locker.hold(self.place.lock_name()):
-            current_obj = self.store.get(self.place.key(file))
+        with self.transaction() as txn:
+            current_obj = txn.read(file)
+            if current_obj is None:
+                raise ObjectNotFound(f"no object at {self.place.key(file)}")
             current = current_obj.data.decode("utf-8", errors="replace")
             count = current.count(old)
             if count == 0:
@@ -195,27 +194,23 @@ class MemoryDir:
                     f"the text to replace occurs {count} times in {file}; include more surrounding text "
                     "so it matches exactly once"
                 )
-            updated = current.replace(old, new)
-            memory = self.check_content(updated)
-            return self._write_locked(file, memory, updated.encode("utf-8"), previous=current_obj)
+            txn.write(file, current.replace(old, new))
+        return _committed(txn).saved[0]
 
     def delete(self, file: str) -> bool:
         """Remove a memory file and its index entry; False when it did not exist."""
         file = validate_filename(file)
-        key = self.place.key(file)
-        with self.locker.hold(self.place.lock_name()):
-            existed = self.store.exists(key)
-            manifest, _ = self.load_manifest()
-            if not existed and file not in manifest.entries:
+        with self.transaction() as txn:
+            if not self.store.exists(self.place.key(file)) and file not in txn.manifest.entries:
                 return False
-            self.commit_locked(lambda m: m.entries.pop(file, None))
-            self.store.delete(key)
-            return True
+            txn.delete(file)
+        return True
 
     def update_meta(self, mutate: Callable[[Manifest], None]) -> Manifest:
         """Change the manifest's ``meta`` (or entries) under the place lock."""
-        with self.locker.hold(self.place.lock_name()):
-            return self.commit_locked(mutate)
+        with self.transaction() as txn:
+            txn.mutate(mutate)
+        return _committed(txn).manifest
 
     def clear(self) -> int:
         """Delete every memory file, the manifest and MEMORY.md of this place."""
@@ -229,9 +224,9 @@ class MemoryDir:
 
     def reindex(self) -> Manifest:
         """Rebuild the manifest and MEMORY.md from the files themselves (LIST; on demand only)."""
-        with self.locker.hold(self.place.lock_name()):
-            old, _ = self.load_manifest()
-            fresh = Manifest(meta=old.meta)
+        with self.transaction() as txn:
+            old = txn.manifest
+            fresh: dict[str, ManifestEntry] = {}
             for info in self.store.list(self.place.prefix):
                 rel = self.place.filename_of(info.key)
                 try:
@@ -243,54 +238,19 @@ class MemoryDir:
                         log.warning("reindex %s: skipping %s (%s)", self.place.label, rel, exc)
                     continue
                 prior = old.entries.get(rel)
-                fresh.entries[rel] = ManifestEntry.from_memory(
+                fresh[rel] = ManifestEntry.from_memory(
                     rel, memory, len(obj.data), created_at=prior.created_at if prior else info.last_modified,
                     now=info.last_modified)
-            return self.commit_locked(lambda m: (m.entries.clear(), m.entries.update(fresh.entries)))
+            txn.mutate(lambda m: (m.entries.clear(), m.entries.update(fresh)))
+        return _committed(txn).manifest
 
     # -- internals ------------------------------------------------------------------------
-    def _write_locked(self, file: str, memory: MemoryFile, data: bytes,
-                      previous: StoredObject | Literal["unread"] | None = "unread",
-                      expect: str | None = None) -> SaveResult:
-        """Write the file and commit its entry (the caller holds the place lock). ``previous`` is the
-        file's current object when the caller already read it (saves a GET)."""
-        key = self.place.key(file)
-        if previous == "unread":
-            previous = self.store.get_or_none(key)
-        if expect == ABSENT and previous is not None:
-            raise PreconditionFailed(f"{file} already exists")
-        if expect not in (None, ABSENT) and (previous is None or previous.etag != str(expect).strip('"')):
-            raise PreconditionFailed(f"{file} changed since it was read (or was deleted); read it again")
-        manifest, etag = self.load_manifest()
-        prior_entry = manifest.entries.get(file)
-        if previous is None and prior_entry is None and len(manifest.entries) >= self.limits.max_files_per_place:
-            raise MemoryFormatError(
-                f"this memory directory already holds {len(manifest.entries)} files (the limit); "
-                "delete or merge old memories first"
-            )
-        created_at = prior_entry.created_at if prior_entry else None
-        entry = ManifestEntry.from_memory(file, memory, len(data), created_at=created_at)
-        self.store.put(key, data, content_type="text/markdown; charset=utf-8")
-        try:
-            self.commit_locked(lambda m: m.entries.__setitem__(file, entry), start=(manifest, etag))
-        except Exception:
-            self._rollback(key, previous.data if previous else None)
-            raise
-        return SaveResult(file, previous is None, entry)
-
-    def _rollback(self, key: str, previous: bytes | None) -> None:
-        with contextlib.suppress(Exception):
-            if previous is None:
-                self.store.delete(key)
-            else:
-                self.store.put(key, previous)
-
-    def commit_locked(self, mutate: Callable[[Manifest], object],
-                start: tuple[Manifest, str | None] | None = None) -> Manifest:
+    def commit_manifest(self, mutate: Callable[[Manifest], object],
+                        start: tuple[Manifest, str | None] | None = None) -> Manifest:
         """Read-modify-write the manifest (conditional PUT, retried), then re-render MEMORY.md.
 
-        The caller must hold the place lock. ``start`` is a manifest (and its etag) the caller
-        already read under that lock, saving one GET; on a conflict it is read again.
+        Only ``PlaceTxn.commit`` calls this (it holds the place lock). ``start`` is the manifest
+        (and its etag) read under that lock, saving one GET; on a conflict it is read again.
         """
         for _attempt in range(COMMIT_ATTEMPTS):
             manifest, etag = start if start is not None else self.load_manifest()
@@ -314,3 +274,12 @@ class MemoryDir:
         except StorageError as exc:
             log.warning("MEMORY.md of %s not refreshed (%s); the manifest is current", self.place.label, exc)
         return manifest
+
+
+def _committed(txn: PlaceTxn) -> TxnResult:
+    assert txn.committed is not None, "the transaction staged nothing"
+    return txn.committed
+
+
+__all__ = ["ABSENT", "COMMIT_ATTEMPTS", "MANIFEST_FILE", "MemoryDir", "PlaceTxn", "ReadResult", "SaveResult",
+           "TxnResult"]

@@ -7,18 +7,17 @@ is a claim about the past; one saved days ago may have been overtaken ("the depl
 Thursday"), so memories older than ``stale_after_days`` say how old they are and ask to be
 verified before they are relied on.
 
-Files are fetched with one GET each, concurrently (a small shared thread pool), so recall adds
-about one round trip to the build, not five. A file that vanished since the manifest was read
-is skipped, never fatal.
+Files are fetched with one GET each, concurrently (in the executor the caller passes: the
+services' ``io`` pool), so recall adds about one round trip to the build, not five. A file that
+vanished since the manifest was read is skipped, never fatal.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import datetime as dt
 import logging
-import threading
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from ..config import RecallConfig
@@ -37,19 +36,6 @@ BLOCK_INTRO = (
     "the user and update or delete the memory. Use read_file for the parts that were cut."
 )
 DAY = 86_400.0
-_READ_THREADS = 8
-
-_pool_lock = threading.Lock()
-_pool: concurrent.futures.ThreadPoolExecutor | None = None
-
-
-def _reader_pool() -> concurrent.futures.ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = concurrent.futures.ThreadPoolExecutor(max_workers=_READ_THREADS,
-                                                          thread_name_prefix="hm-recall")
-        return _pool
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,13 +92,14 @@ def _read(memdir: MemoryDir, shared: MemoryDir | None, file: str) -> ReadResult 
     return None
 
 
-def read_files(memdir: MemoryDir, files: Sequence[str], shared: MemoryDir | None = None
-               ) -> dict[str, ReadResult]:
-    """GET each file (concurrently when there are several); missing or unreadable ones are left out."""
-    if len(files) <= 1:
+def read_files(memdir: MemoryDir, files: Sequence[str], shared: MemoryDir | None = None,
+               executor: Executor | None = None) -> dict[str, ReadResult]:
+    """GET each file (concurrently in ``executor`` when there are several, else one by one);
+    missing or unreadable ones are left out."""
+    if len(files) <= 1 or executor is None:
         results = [_read(memdir, shared, f) for f in files]
     else:
-        results = list(_reader_pool().map(lambda f: _read(memdir, shared, f), files))
+        results = list(executor.map(lambda f: _read(memdir, shared, f), files))
     return {f: r for f, r in zip(files, results, strict=True) if r is not None}
 
 
@@ -229,12 +216,14 @@ def load_recalled(
     now: float | dt.datetime | None = None,
     shared: MemoryDir | None = None,
     entries: Mapping[str, ManifestEntry] | None = None,
+    executor: Executor | None = None,
 ) -> tuple[str, list[RecalledFile]]:
-    """Like ``load_recalled_context`` but also says which files made it into the block."""
+    """Like ``load_recalled_context`` but also says which files made it into the block
+    (``executor``: reads the files concurrently; default ``memdir.executor``)."""
     unique = list(dict.fromkeys(files))
     if not unique:
         return "", []
-    reads = read_files(memdir, unique, shared)
+    reads = read_files(memdir, unique, shared, executor or memdir.executor)
     return render_recalled(reads, unique, config, _now(now), entries)
 
 

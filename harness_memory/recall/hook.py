@@ -10,33 +10,29 @@ What agno 3.1 allows (read from ``agno/agent/_hooks.py`` and ``_messages.py``):
   on the Agent object, read when the system message is built. Writing it from a hook races between
   concurrent runs of one Agent and leaks into the next run; ``instructions`` could be a callable
   but belongs to the caller. So per-run recall prepends to the user message instead.
-* A plain function hook is sent to the background under AgentOS's background-hooks mode (too late
-  to matter) and would block the event loop under ``arun()``. A ``BaseGuardrail`` always runs
-  inline, before the model, in both modes, and agno calls ``check`` under ``run()`` and
-  ``async_check`` under ``arun()`` — so the hook is a guardrail that never rejects anything;
-  ``async_check`` does the blocking work in a worker thread.
 
-Caveats (documented for users): agno fixes the hook flavour on an Agent's first run, so an Agent
-first used with ``arun()`` and later with ``run()`` skips this hook (agno warns); the recalled
-block becomes part of the stored user message, so with history on it is replayed in later runs
-(which is also why files surfaced once in a session are not surfaced again). Put this hook first
-in ``pre_hooks`` so the query it sees is the user's own text.
+The hook is a ``MemoryHook`` (``harness_memory/hooks.py``): inline before the model in both
+``run()`` and ``arun()`` (in the services' ``work`` pool under ``arun()``), even in background-
+hooks mode. Caveats (documented for users): the recalled block becomes part of the stored user
+message, so with history on it is replayed in later runs (which is also why files surfaced once
+in a session are not surfaced again). Put this hook first in ``pre_hooks`` so the query it sees
+is the user's own text.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
-from agno.guardrails.base import BaseGuardrail
 from agno.models.message import Message
 from agno.run.agent import RunInput
-from agno.run.base import RunContext
 from agno.run.team import TeamRunInput
 
-from ..services import MemoryServices
+from ..hooks import HookCall, MemoryHook
 from .service import recall_for_query
+
+if TYPE_CHECKING:
+    from ..services import MemoryServices
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +40,8 @@ OPEN_TAG = "<recalled-memories>"
 CLOSE_TAG = "</recalled-memories>"
 
 
-def _query_of(run_input: RunInput | TeamRunInput) -> str | None:
-    content = run_input.input_content
+def _query_of(run_input: RunInput | TeamRunInput | None) -> str | None:
+    content = getattr(run_input, "input_content", None)
     if isinstance(content, str):
         return content
     if isinstance(content, Message) and isinstance(content.content, str):
@@ -58,36 +54,38 @@ def wrap_block(block: str, message: str) -> str:
     return f"{OPEN_TAG}\n{block.rstrip()}\n{CLOSE_TAG}\n\n{message}"
 
 
-class RecallPreHook(BaseGuardrail):
+class RecallPreHook(MemoryHook):
     """Recalls memories for each run's input and prepends them to the user message.
 
-    Built by ``make_recall_pre_hook``. Stateless apart from the shared services, so AgentOS's
-    per-request deep copies share it.
+    Built by ``make_recall_pre_hook``. Stateless apart from the shared services and the one
+    query already recalled at build time, so AgentOS's per-request deep copies share it.
     """
+
+    blocking = True
+    what = "recall pre-hook"
 
     def __init__(self, services: MemoryServices, *, agent_type: str = "default", user_id: str | None = None,
                  skip_first_query: str | None = None) -> None:
+        super().__init__(services.work)
         self.services = services
         self.agent_type = agent_type
         self.user_id = user_id
         self._skip = skip_first_query.strip() if skip_first_query else None
 
-    def __deepcopy__(self, memo: dict[int, object]) -> RecallPreHook:
-        return self
-
     def __repr__(self) -> str:
         return f"RecallPreHook(agent_type={self.agent_type!r}, user_id={self.user_id!r})"
 
-    def _plan(self, run_input: RunInput | TeamRunInput, run_context: RunContext | None, agent: Any
-              ) -> tuple[str, str, str | None] | None:
+    def _plan(self, call: HookCall) -> tuple[str, str, str | None] | None:
         """(user_id, query, session_id) for this run, or None when there is nothing to do."""
-        query = _query_of(run_input)
+        query = _query_of(call.run_input)
         if not query or not query.strip() or OPEN_TAG in query:
             return None
         if self._skip is not None and query.strip() == self._skip:
             self._skip = None  # recalled at build time already
             return None
-        user_id = (run_context.user_id if run_context else None) or self.user_id or getattr(agent, "user_id", None)
+        run_context = call.run_context
+        user_id = (run_context.user_id if run_context else None) or self.user_id or getattr(call.agent, "user_id",
+                                                                                              None)
         if not user_id:
             log.debug("recall pre-hook: no user id for this run; skipped")
             return None
@@ -103,30 +101,12 @@ class RecallPreHook(BaseGuardrail):
         elif isinstance(content, Message) and isinstance(content.content, str):
             run_input.input_content = content.model_copy(update={"content": wrap_block(block, content.content)})
 
-    def check(self, run_input: RunInput | TeamRunInput, run_context: RunContext | None = None,
-              agent: Any = None) -> None:
-        """agno calls this under ``run()``."""
-        try:
-            plan = self._plan(run_input, run_context, agent)
-            if plan is not None:
-                user_id, query, session_id = plan
-                self._apply(run_input, recall_for_query(self.services, user_id, self.agent_type, query,
-                                                        session_id=session_id))
-        except Exception:  # never fail the run
-            log.exception("recall pre-hook failed; the run continues without recalled memories")
-
-    async def async_check(self, run_input: RunInput | TeamRunInput, run_context: RunContext | None = None,
-                          agent: Any = None) -> None:
-        """agno awaits this under ``arun()``; the store and model calls run in a worker thread."""
-        try:
-            plan = self._plan(run_input, run_context, agent)
-            if plan is not None:
-                user_id, query, session_id = plan
-                block = await asyncio.to_thread(recall_for_query, self.services, user_id, self.agent_type,
-                                                query, session_id)
-                self._apply(run_input, block)
-        except Exception:  # never fail the run
-            log.exception("recall pre-hook failed; the run continues without recalled memories")
+    def handle(self, call: HookCall) -> None:
+        plan = self._plan(call)
+        if plan is not None:
+            user_id, query, session_id = plan
+            self._apply(call.run_input, recall_for_query(self.services, user_id, self.agent_type, query,
+                                                         session_id=session_id))
 
 
 def make_recall_pre_hook(

@@ -22,9 +22,6 @@ from .surfaced import SurfacedTracker
 
 log = logging.getLogger(__name__)
 
-_TRACKER_KEY = "_recall_surfaced_tracker"
-
-
 @dataclass(frozen=True, slots=True)
 class RecallResult:
     """What recall put into the context: the block and the files in it (in order)."""
@@ -38,16 +35,9 @@ EMPTY = RecallResult("", (), ())
 
 
 def surfaced_tracker(services: MemoryServices) -> SurfacedTracker:
-    """The services' surfaced-file tracker (Redis-backed when Redis is configured), made once."""
-    tracker = services.__dict__.get(_TRACKER_KEY)
-    if tracker is None:
-        cfg = services.config
-        tracker = SurfacedTracker(services.redis, key_prefix=cfg.redis.key_prefix,
-                                  ttl_seconds=cfg.session.ttl_seconds,
-                                  max_sessions=cfg.recall.surfaced_max_sessions,
-                                  retry_after_seconds=cfg.redis.retry_after_seconds)
-        tracker = services.__dict__.setdefault(_TRACKER_KEY, tracker)
-    return tracker
+    """The services' surfaced-file tracker (``services.surfaced_tracker()``; Redis-backed when
+    Redis is configured)."""
+    return services.surfaced_tracker()
 
 
 def cached_shared_manifest(services: MemoryServices, shared: MemoryDir) -> Manifest:
@@ -97,7 +87,8 @@ def recall(
                                     max_candidates=cfg.max_candidates, model_above=cfg.model_above)
     if not chosen:
         return EMPTY
-    text, rendered = load_recalled(own, chosen, config=cfg, shared=shared, entries=combined.entries)
+    text, rendered = load_recalled(own, chosen, config=cfg, shared=shared, entries=combined.entries,
+                                   executor=services.io)
     files = tuple(r.file for r in rendered)
     if tracker is not None and session_id and files:
         tracker.mark(session_id, files, user_id=user_id, agent_type=agent_type)

@@ -1,6 +1,6 @@
 """The control plane: an HTTP API (FastAPI) and the helpers the CLI shares with it.
 
-Why lazy exports: ``harness_memory.server.bundle`` and ``.places`` are used by the CLI, which
+Why lazy exports: ``harness_memory.control.bundle`` and ``.places`` are used by the CLI, which
 must run where the ``server`` extra (FastAPI, uvicorn) is not installed; importing this
 package must therefore not import FastAPI. ``create_app`` and ``memory_router`` load it on
 first use.

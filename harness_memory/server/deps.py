@@ -17,7 +17,6 @@ from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBea
 
 from ..config import MemoryConfig, ServerConfig
 from ..layout import Place
-from ..llm import make_agent_model
 from ..memdir import MemoryDir
 from ..services import MemoryServices
 from .auth import API_KEY_HEADER, WID_HEADER, Caller, authenticate, require_admin, resolve_user
@@ -51,13 +50,10 @@ class ServerContext:
         return self.services.config.server
 
     def agent_model(self) -> Any:
-        """The agent's agno model, built once per router: its HTTP clients are reused by every run.
+        """The agent's agno model (one per process, from the services): its HTTP clients are reused.
 
         Raises ModelNotConfigured (-> 503 naming the settings) while no model is configured."""
-        model = self.extras.get("agent_model")
-        if model is None:
-            model = self.extras["agent_model"] = make_agent_model(self.config.model)
-        return model
+        return self.services.agent_model(required=True)
 
     # -- dependencies -------------------------------------------------------------------------
     def caller_dep(self) -> Callable[..., Caller]:

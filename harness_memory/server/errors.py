@@ -26,12 +26,13 @@ from ..errors import (
     InvalidName,
     LockTimeout,
     MemoryFormatError,
+    ModelNotConfigured,
     ObjectNotFound,
     PreconditionFailed,
     StorageError,
     StorageUnavailable,
 )
-from ..llm import LLMError, ModelNotConfigured
+from ..llm import LLMError
 from ..snapshot import SnapshotError
 
 log = logging.getLogger(__name__)

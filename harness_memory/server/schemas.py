@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .bundle import Bundle
+from ..control.bundle import Bundle
 
 MAX_MESSAGE_CHARS = 200_000
 MAX_CONTENT_CHARS = 1_048_576
@@ -27,6 +27,15 @@ class ErrorBody(BaseModel):
     detail: str = Field(description="What went wrong and what to do about it.")
     code: str = Field(description="Stable machine-readable code, e.g. `invalid_name`, `not_found`.")
     problems: list[str] | None = Field(None, description="Every problem found (bundle imports).")
+
+
+def error_responses(*codes: int) -> dict[int | str, dict[str, object]]:
+    """OpenAPI ``responses`` entries: each status answers with an ``ErrorBody``."""
+    return {code: {"model": ErrorBody} for code in codes}
+
+
+#: The errors any memory endpoint may answer (documented once, shared by every route module).
+ERRORS = error_responses(400, 401, 403, 404, 409, 412, 413, 422, 503)
 
 
 # -- memory files -------------------------------------------------------------------------

@@ -1,11 +1,11 @@
 """Session ids bound to their user, so no caller can reach another user's session summary.
 
-Used by ``build_agent`` (``session.bind_to_user``) and the HTTP API (``server.bind_sessions``).
+Used by ``build_agent`` and the HTTP API, both switched by ``session.bind_to_user``.
 
 Why: session summaries are stored by session id alone (``sessions/session-<id>.md``), and a
 run injects the summary of the session it names. If a caller could name any id, user B could
 pass user A's session id and read A's conversation summary in the answer. With binding on
-(``server.bind_sessions``), a usable id is ``<base>-<tag>`` where ``tag`` is a hash of (user,
+(``session.bind_to_user``), a usable id is ``<base>-<tag>`` where ``tag`` is a hash of (user,
 base): the server mints such ids, and an id that is not bound to the caller is bound on arrival
 (``chat-42`` -> ``chat-42-<tag for this user>``). Naming someone else's id therefore only ever
 reaches a session of one's own. No secret is needed: the tag binds, it does not authenticate —
@@ -18,7 +18,6 @@ import hashlib
 import hmac
 import uuid
 
-from ..config import ServerConfig
 from ..errors import InvalidName
 from ..layout import validate_id
 
@@ -48,11 +47,12 @@ def bind_session_id(user_id: str, session_id: str) -> str:
     return f"{session_id}-{session_tag(user_id, session_id)}"
 
 
-def bind_session(user_id: str, session_id: str | None, cfg: ServerConfig) -> tuple[str, bool]:
-    """(the session id to use, whether it is new). Raises InvalidName for a malformed id."""
+def bind_session(user_id: str, session_id: str | None, bind: bool = True) -> tuple[str, bool]:
+    """(the session id to use, whether it is new); a new id is minted when none is given.
+    ``bind`` is ``session.bind_to_user``. Raises InvalidName for a malformed id."""
     if session_id is None:
         base = "s" + uuid.uuid4().hex[:20]
-        return (f"{base}-{session_tag(user_id, base)}" if cfg.bind_sessions else base), True
-    if not cfg.bind_sessions:
+        return (f"{base}-{session_tag(user_id, base)}" if bind else base), True
+    if not bind:
         return validate_id(session_id, "session id"), False
     return bind_session_id(user_id, session_id), False

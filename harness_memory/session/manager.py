@@ -17,15 +17,13 @@ reported in the returned values.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import functools
 import logging
 import threading
 import time
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -34,6 +32,7 @@ import redis
 from ..config import RedisConfig, SessionConfig
 from ..errors import StorageError
 from ..layout import validate_id
+from ..llm import warn_no_light_model
 from ..storage import ObjectStore
 from ..tokens import MESSAGE_OVERHEAD_TOKENS, count_tokens
 from .buffer import SessionBuffer
@@ -51,7 +50,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 BACKGROUND_ROUNDS = 4  # summaries in a row for one session when a backlog exceeds one call
 SEEN_IDS_MAX = 50_000
-_live: weakref.WeakSet[SessionMemoryManager] = weakref.WeakSet()
 
 
 @dataclass
@@ -82,6 +80,7 @@ class SessionMemoryManager:
         model: SummaryModel | None = None,
         key_prefix: str = "memory/",
         clock: Callable[[], float] = time.time,
+        executor: Executor | None = None,
     ) -> None:
         self.cfg = config or SessionConfig()
         rcfg = redis_config or RedisConfig()
@@ -96,13 +95,13 @@ class SessionMemoryManager:
         self.stats = ManagerStats()
         self._worker = BackgroundWorker(self._collect_and_schedule, self._background_extract,
                                         queue_max=self.cfg.queue_max, workers=self.cfg.extract_workers)
-        self._io: ThreadPoolExecutor | None = None
+        #: Runs the async API's blocking work; the services' ``work`` pool (owned there) or our own.
+        self._io: Executor | None = executor
+        self._own_io = executor is None
         self._guard = threading.Lock()
         self._seen: OrderedDict[str, None] = OrderedDict()
-        self._warned_no_model = False
         self._warned_ids: set[str] = set()
         self.closed = False
-        _live.add(self)
         model_timeout = getattr(model, "timeout", None)
         if isinstance(model_timeout, int | float) and self.cfg.lock_ttl_seconds < model_timeout + 10:
             log.warning("session.lock_ttl_seconds (%ss) is shorter than the light model's timeout (%ss) "
@@ -113,7 +112,7 @@ class SessionMemoryManager:
     def from_services(cls, services: MemoryServices) -> SessionMemoryManager:
         cfg = services.config
         return cls(services.store, config=cfg.session, redis_client=services.redis, redis_config=cfg.redis,
-                   model=services.light_model(), key_prefix=cfg.store.key_prefix)
+                   model=services.light_model(), key_prefix=cfg.store.key_prefix, executor=services.work)
 
     @property
     def mode(self) -> str:
@@ -190,10 +189,7 @@ class SessionMemoryManager:
     def _model_ready(self) -> bool:
         if self.model is not None:
             return True
-        if not self._warned_no_model:
-            self._warned_no_model = True
-            log.warning("session memory: no light model configured (HARNESS_MEMORY_LIGHT_MODEL / "
-                        "HARNESS_MEMORY_MODEL and a base URL); messages are buffered but not summarised")
+        warn_no_light_model("session memory", "messages are buffered but not summarised")
         return False
 
     def _background_extract(self, session_id: str) -> None:
@@ -291,13 +287,18 @@ class SessionMemoryManager:
         self.store.delete(self.summariser.key(session_id))
 
     # -- async API ----------------------------------------------------------------------------
-    async def _off_loop(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    @property
+    def executor(self) -> Executor:
+        """Where the async API (and the summary pre-hook under ``arun()``) runs blocking work."""
         if self._io is None:
             with self._guard:
                 if self._io is None:
                     self._io = ThreadPoolExecutor(8, thread_name_prefix="hm-session-io")
+        return self._io
+
+    async def _off_loop(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._io, functools.partial(fn, *args, **kwargs))
+        return await loop.run_in_executor(self.executor, functools.partial(fn, *args, **kwargs))
 
     async def collect_messages(self, session_id: str, messages: Sequence[Any]) -> SessionState | None:
         return await self._off_loop(self.collect_messages_sync, session_id, list(messages))
@@ -333,29 +334,11 @@ class SessionMemoryManager:
             return True
         self.closed = True
         idle = self._worker.close(timeout)
-        if self._io is not None:
-            self._io.shutdown(wait=False, cancel_futures=True)
-        _live.discard(self)
+        if self._io is not None and self._own_io:
+            self._io.shutdown(wait=True, cancel_futures=True)
         return idle
 
 
-@atexit.register
-def _drain_at_exit() -> None:
-    for manager in list(_live):
-        try:
-            manager.close(timeout=5.0)
-        except Exception:
-            pass
-
-
-_for_services_lock = threading.Lock()
-
-
 def session_manager_for(services: MemoryServices) -> SessionMemoryManager:
-    """The one manager of ``services`` (built on first use; same services → same manager)."""
-    with _for_services_lock:
-        manager = services.__dict__.get("_session_manager")
-        if manager is None or manager.closed:
-            manager = SessionMemoryManager.from_services(services)
-            services.__dict__["_session_manager"] = manager
-        return manager
+    """The one manager of ``services`` (``services.session_manager()``, built on first use)."""
+    return services.session_manager()

@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from .inject import strip_session_summary
+from .format import strip_session_summary
 from .records import BufferedMessage
 
 SKIPPED_ROLES = frozenset({"system", "developer"})

@@ -1,30 +1,25 @@
 """Snapshot state of one user's place, and the actions: initialize, replace, mark synced.
 
-See the package docstring for the states. Writes go through the place's ``MemoryDir`` (the
-manifest commit under the place lock) and the object store (the file PUTs and
-``.snapshot-synced.json``); a per-place ``snapshot:`` lock serialises whole actions across pods.
+See the package docstring for the states. Every write is one ``MemoryDir`` transaction (the
+files, the manifest with the sync record, and ``.snapshot-synced.json``, under the place lock);
+a per-place ``snapshot:`` lock serialises whole actions across pods.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 import logging
-import threading
 import time
-import weakref
 from pathlib import Path
 from typing import Any
 
 from ..layout import INDEX_FILE, SNAPSHOT_SYNC_FILE
 from ..memdir import Manifest, ManifestEntry, MemoryDir
 from ..services import MemoryServices
-from ..storage.base import ObjectStore
 from .model import (
     META_KEY,
     Snapshot,
     SnapshotError,
-    SnapshotFile,
     SnapshotState,
     SnapshotStatus,
     SyncRecord,
@@ -39,19 +34,16 @@ NEGATIVE_TTL = 60.0  # seconds a missing .snapshot-synced.json is remembered per
 
 
 # -- reading the place's state ---------------------------------------------------------------------
-# Per store (weakly held): place prefix -> monotonic time until which "no sync file" is trusted.
-_negative: weakref.WeakKeyDictionary[ObjectStore, dict[str, float]] = weakref.WeakKeyDictionary()
-_negative_lock = threading.Lock()
+Absent = dict[str, float]
+"""Place prefix -> monotonic time until which "no sync file" is trusted (``MemoryServices.snapshot_absent``)."""
 
 
-def _negative_for(memdir: MemoryDir) -> dict[str, float]:
-    with _negative_lock:
-        table = _negative.get(memdir.store)
-        if table is None:
-            table = _negative[memdir.store] = {}
-        if len(table) > 10_000:
-            table.clear()
-        return table
+def _absent_of(target: MemoryServices | MemoryDir) -> Absent | None:
+    if not isinstance(target, MemoryServices):
+        return None
+    if len(target.snapshot_absent) > 10_000:
+        target.snapshot_absent.clear()
+    return target.snapshot_absent
 
 
 def _memdir(target: MemoryServices | MemoryDir, agent_type: str, user_id: str) -> MemoryDir:
@@ -66,17 +58,18 @@ def _snapshots_dir(target: MemoryServices | MemoryDir, snapshots_dir: str | Path
     raise ValueError("snapshots_dir is required when a MemoryDir is given")
 
 
-def read_sync_record(memdir: MemoryDir, manifest: Manifest) -> SyncRecord | None:
-    """The place's sync record: the manifest's mirror, else ``.snapshot-synced.json`` (one GET)."""
+def read_sync_record(memdir: MemoryDir, manifest: Manifest, absent: Absent | None = None) -> SyncRecord | None:
+    """The place's sync record: the manifest's mirror, else ``.snapshot-synced.json`` (one GET;
+    with ``absent``, a missing file is remembered for ``NEGATIVE_TTL`` s)."""
     record = SyncRecord.from_json(manifest.meta.get(META_KEY))
     if record is not None:
         return record
-    negative = _negative_for(memdir)
-    if negative.get(memdir.place.prefix, 0.0) > time.monotonic():
+    if absent is not None and absent.get(memdir.place.prefix, 0.0) > time.monotonic():
         return None
     obj = memdir.store.get_or_none(memdir.place.reserved_key(SNAPSHOT_SYNC_FILE))
     if obj is None:
-        negative[memdir.place.prefix] = time.monotonic() + NEGATIVE_TTL
+        if absent is not None:
+            absent[memdir.place.prefix] = time.monotonic() + NEGATIVE_TTL
         return None
     try:
         return SyncRecord.from_json(json.loads(obj.data.decode("utf-8")))
@@ -111,12 +104,12 @@ def _status(state: SnapshotState, snapshot: Snapshot | None, agent_type: str, us
 
 
 def _compute(memdir: MemoryDir, snapshot: Snapshot | None, agent_type: str, user_id: str | None,
-             manifest: Manifest) -> SnapshotStatus:
+             manifest: Manifest, absent: Absent | None = None) -> SnapshotStatus:
     if snapshot is None:
         return _status(SnapshotState.NONE, None, agent_type, user_id, f"no snapshot for agent type {agent_type!r}")
     if snapshot.updated is None:
         return _status(SnapshotState.NONE, snapshot, agent_type, user_id, "the snapshot's snapshot.json is invalid")
-    record = read_sync_record(memdir, manifest)
+    record = read_sync_record(memdir, manifest, absent)
     if record is None:
         if _place_is_empty(memdir, manifest):
             if not snapshot.files:
@@ -151,22 +144,10 @@ def snapshot_state(
                              max_file_bytes=memdir.limits.max_file_bytes)
     if manifest is None:
         manifest = memdir.manifest()
-    return _compute(memdir, snapshot, agent_type, user_id, manifest)
+    return _compute(memdir, snapshot, agent_type, user_id, manifest, _absent_of(services_or_memdir))
 
 
 # -- actions ---------------------------------------------------------------------------------------
-_pool_lock = threading.Lock()
-_pool: concurrent.futures.ThreadPoolExecutor | None = None
-
-
-def _io_pool() -> concurrent.futures.ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="hm-snapshot")
-        return _pool
-
-
 def _lock_name(memdir: MemoryDir) -> str:
     return "snapshot:" + memdir.place.rel_dir
 
@@ -180,93 +161,37 @@ def _require(snapshot: Snapshot | None, agent_type: str, folder: Path) -> Snapsh
     return snapshot
 
 
-def _write_files(memdir: MemoryDir, snapshot: Snapshot, existing: set[str]
-                 ) -> tuple[list[ManifestEntry], dict[str, bytes | None]]:
-    """PUT every snapshot file (concurrently). Returns their index entries (not yet committed) and,
-    for rollback, the previous bytes of each key written (None: the key was new)."""
+def _copy_in(memdir: MemoryDir, snapshot: Snapshot, *, stale: set[str] | None = None,
+             absent: Absent | None = None) -> tuple[list[ManifestEntry], SyncRecord, Manifest]:
+    """One place transaction: the snapshot's files, their index entries and the sync record (in
+    the manifest and in ``.snapshot-synced.json``). With ``stale`` (replace) the index holds
+    exactly the snapshot's files afterwards and the stale files are removed. If the commit fails
+    nothing changes, so a place is either fully initialised *and* synced, or untouched."""
+    assert snapshot.updated_at is not None
     files = list(snapshot.files)
     limit = memdir.limits.max_files_per_place
     if len(files) > limit:
         log.warning("snapshot %s has %d files; only the first %d fit in a place", snapshot.path, len(files), limit)
         files = files[:limit]
-    for f in files:
-        memdir.check_content(f.content)  # this place's limits, exactly as save() checks, before any write
-    now = time.time()
-    previous: dict[str, bytes | None] = {}
-
-    def put(f: SnapshotFile) -> ManifestEntry:
-        key = memdir.place.key(f.file)
-        prior = memdir.store.get_or_none(key) if f.file in existing else None
-        previous[key] = prior.data if prior is not None else None
-        data = f.content.encode("utf-8")
-        memdir.store.put(key, data, content_type="text/markdown; charset=utf-8")
-        return ManifestEntry.from_memory(f.file, f.memory, len(data), now=now)
-
-    try:
-        return list(_io_pool().map(put, files)), previous
-    except Exception:
-        _rollback(memdir, previous)
-        raise
-
-
-def _rollback(memdir: MemoryDir, previous: dict[str, bytes | None]) -> None:
-    """Best effort: put back what the keys held before (or remove keys that were new)."""
-    for key, data in previous.items():
-        try:
-            if data is None:
-                memdir.store.delete(key)
-            else:
-                memdir.store.put(key, data, content_type="text/markdown; charset=utf-8")
-        except Exception as exc:  # the original error matters more
-            log.warning("snapshot rollback of %s failed (%s)", key, exc)
-
-
-def _copy_in(memdir: MemoryDir, snapshot: Snapshot, existing: set[str], *, replace: bool
-             ) -> tuple[list[ManifestEntry], SyncRecord, Manifest]:
-    """PUT the files, then ONE index commit with their entries and the sync record; undo the PUTs
-    if the commit fails, so the place is either fully initialised or unchanged."""
-    assert snapshot.updated_at is not None
-    entries, previous = _write_files(memdir, snapshot, existing)
     record = SyncRecord(snapshot.updated_at, iso_now())
-    try:
-        manifest = _commit(memdir, entries, record, replace=replace)
-    except Exception:
-        _rollback(memdir, previous)
-        raise
-    return entries, record, manifest
+    with memdir.transaction() as txn:
+        for f in files:
+            txn.write(f.file, f.content)
+        if stale is not None:
+            txn.clear_entries()
+            for file in sorted(stale - {f.file for f in files}):
+                txn.delete(file)
+        txn.mutate(lambda m: m.meta.__setitem__(META_KEY, record.to_json()))
+        txn.put_state(SNAPSHOT_SYNC_FILE, _record_bytes(record))
+    result = txn.committed
+    assert result is not None
+    if absent is not None:
+        absent.pop(memdir.place.prefix, None)
+    return [s.entry for s in result.saved], record, result.manifest
 
 
-def _commit(memdir: MemoryDir, entries: list[ManifestEntry], record: SyncRecord, *, replace: bool) -> Manifest:
-    """One manifest commit: the snapshot's entries (all of them, or none) plus the sync record."""
-
-    def mutate(m: Manifest) -> None:
-        if replace:
-            m.entries.clear()
-        for entry in entries:
-            prior = m.entries.get(entry.file)
-            if prior is not None:
-                entry.created_at = prior.created_at
-            m.entries[entry.file] = entry
-        m.meta[META_KEY] = record.to_json()
-
-    return memdir.update_meta(mutate)
-
-
-def _write_record(memdir: MemoryDir, record: SyncRecord) -> None:
-    data = json.dumps(record.to_json(), ensure_ascii=False).encode("utf-8")
-    memdir.store.put(memdir.place.reserved_key(SNAPSHOT_SYNC_FILE), data, content_type="application/json")
-    _negative_for(memdir).pop(memdir.place.prefix, None)
-
-
-def _local_memory_files(memdir: MemoryDir, manifest: Manifest) -> set[str]:
-    """Every memory file of the place: the index's entries plus any file LIST finds (orphans too)."""
-    files = set(manifest.entries)
-    prefix = memdir.place.prefix
-    for info in memdir.store.list(prefix):
-        rel = info.key[len(prefix):]
-        if rel.endswith(".md") and rel != INDEX_FILE and not any(p.startswith(".") for p in rel.split("/")):
-            files.add(rel)
-    return files
+def _record_bytes(record: SyncRecord) -> bytes:
+    return json.dumps(record.to_json(), ensure_ascii=False).encode("utf-8")
 
 
 def initialize_from_snapshot(
@@ -280,12 +205,12 @@ def initialize_from_snapshot(
     memdir = _memdir(services_or_memdir, agent_type, user_id or "")
     folder = _snapshots_dir(services_or_memdir, snapshots_dir)
     snapshot = load_snapshot(folder, agent_type, max_file_bytes=memdir.limits.max_file_bytes)
+    absent = _absent_of(services_or_memdir)
     with memdir.locker.hold(_lock_name(memdir)):
-        status = _compute(memdir, snapshot, agent_type, user_id, memdir.manifest())
+        status = _compute(memdir, snapshot, agent_type, user_id, memdir.manifest(), absent)
         if status.state is not SnapshotState.INITIALIZE or snapshot is None or snapshot.updated_at is None:
             return status  # another pod initialised it meanwhile, or nothing to do
-        entries, record, manifest = _copy_in(memdir, snapshot, set(), replace=False)
-        _write_record(memdir, record)
+        entries, record, manifest = _copy_in(memdir, snapshot, absent=absent)
     log.info("initialised %s from snapshot %s (%d files)", memdir.place.label, snapshot.path, len(entries))
     return _status(SnapshotState.NONE, snapshot, agent_type, user_id,
                    f"copied {len(entries)} snapshot memories into the user's empty memory", record,
@@ -307,13 +232,9 @@ def replace_from_snapshot(
     memdir, snapshot = _memdir_and_snapshot(services_or_memdir, snapshots_dir, agent_type, user_id)
     assert snapshot.updated_at is not None
     with memdir.locker.hold(_lock_name(memdir)):
-        old = _local_memory_files(memdir, memdir.manifest())
-        entries, record, manifest = _copy_in(memdir, snapshot, old, replace=True)
+        old = memdir.memory_files()
+        entries, record, manifest = _copy_in(memdir, snapshot, stale=old, absent=_absent_of(services_or_memdir))
         stale = sorted(old - {e.file for e in entries})
-        failures = memdir.store.delete_many([memdir.place.key(f) for f in stale])
-        for failure in failures:
-            log.warning("replace_from_snapshot: could not delete %s (%s)", failure.key, failure.message)
-        _write_record(memdir, record)
     return _status(SnapshotState.NONE, snapshot, agent_type, user_id,
                    f"replaced {len(stale)} local memories with {len(entries)} snapshot memories", record,
                    applied=True, manifest=manifest)
@@ -329,8 +250,14 @@ def mark_snapshot_synced(
     memdir, snapshot = _memdir_and_snapshot(services_or_memdir, snapshots_dir, agent_type, user_id)
     assert snapshot.updated_at is not None
     record = SyncRecord(snapshot.updated_at, iso_now())
-    manifest = memdir.update_meta(lambda m: m.meta.__setitem__(META_KEY, record.to_json()))
-    _write_record(memdir, record)
+    with memdir.transaction() as txn:
+        txn.mutate(lambda m: m.meta.__setitem__(META_KEY, record.to_json()))
+        txn.put_state(SNAPSHOT_SYNC_FILE, _record_bytes(record))
+    assert txn.committed is not None
+    manifest = txn.committed.manifest
+    absent = _absent_of(services_or_memdir)
+    if absent is not None:
+        absent.pop(memdir.place.prefix, None)
     return _status(SnapshotState.NONE, snapshot, agent_type, user_id, "marked as synced with the snapshot",
                    record, applied=True, manifest=manifest)
 

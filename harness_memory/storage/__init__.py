@@ -6,6 +6,8 @@ Why a factory here: layers above must not know which backend answers; they get a
 
 from __future__ import annotations
 
+from concurrent.futures import Executor
+
 from ..config import ConfigError, StoreConfig
 from .base import DeleteFailure, ObjectInfo, ObjectStore, StoredObject
 from .cos import CosStore
@@ -22,7 +24,7 @@ __all__ = [
 ]
 
 
-def make_store(cfg: StoreConfig) -> ObjectStore:
+def make_store(cfg: StoreConfig, *, executor: Executor | None = None) -> ObjectStore:
     """``CosStore`` when the effective backend is ``cos``, else ``LocalStore`` at ``local_root``.
 
     Raises ConfigError (naming the env var) when COS is chosen but its bucket, region/domain or
@@ -33,5 +35,5 @@ def make_store(cfg: StoreConfig) -> ObjectStore:
             raise ConfigError(
                 "backend is cos but no bucket is set: set HARNESS_MEMORY_COS_BUCKET (or HARNESS_MEMORY_BACKEND=local)"
             )
-        return CosStore(cfg)
-    return LocalStore(cfg.local_root, key_prefix=cfg.key_prefix, io_threads=cfg.io_threads)
+        return CosStore(cfg, executor=executor)
+    return LocalStore(cfg.local_root, key_prefix=cfg.key_prefix, io_threads=cfg.io_threads, executor=executor)

@@ -60,8 +60,11 @@ class ObjectStore(ABC):
     #: Counts requests sent to the backend (benchmarks read it).
     request_count: int = 0
 
-    def __init__(self, io_threads: int = 16) -> None:
-        self._pool = concurrent.futures.ThreadPoolExecutor(
+    def __init__(self, io_threads: int = 16, executor: concurrent.futures.Executor | None = None) -> None:
+        """``executor`` runs the async twins (the services' ``io`` pool, which then owns it); without
+        one the store makes its own pool of ``io_threads`` and shuts it down in ``close()``."""
+        self._own_pool = executor is None
+        self._pool: concurrent.futures.Executor = executor or concurrent.futures.ThreadPoolExecutor(
             max_workers=io_threads, thread_name_prefix="hm-store"
         )
         self.request_count = 0
@@ -122,7 +125,8 @@ class ObjectStore(ABC):
         return True
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._own_pool:
+            self._pool.shutdown(wait=True, cancel_futures=True)
 
     def describe(self) -> str:
         """A one-line, secret-free description for logs and health output."""

@@ -20,6 +20,7 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Executor
 from datetime import datetime
 from email.utils import parsedate_to_datetime
 from hashlib import md5
@@ -72,10 +73,10 @@ class CosStore(ObjectStore):
     (``CosStore(cos_domain="127.0.0.1:8333/b", cos_anonymous=True, cos_scheme="http")``);
     kwargs override the config's fields. Raises ConfigError when a needed setting is missing."""
 
-    def __init__(self, cfg: StoreConfig | None = None, **fields: Any) -> None:
+    def __init__(self, cfg: StoreConfig | None = None, *, executor: Executor | None = None, **fields: Any) -> None:
         cfg = _merge(cfg, fields)
         _check(cfg)
-        super().__init__(cfg.io_threads)
+        super().__init__(cfg.io_threads, executor)
         self.cfg = cfg
         self.key_prefix = cfg.key_prefix
         self.bucket: str = cfg.cos_bucket or _bucket_from_domain(cfg.cos_domain or "")

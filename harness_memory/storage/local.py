@@ -15,6 +15,7 @@ import hashlib
 import os
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import Executor
 from pathlib import Path
 
 from filelock import FileLock
@@ -30,8 +31,9 @@ LOCK_DIR = ".locks"
 class LocalStore(ObjectStore):
     supports_conditional_put = True
 
-    def __init__(self, root: str | Path, *, key_prefix: str = "memory/", io_threads: int = 16) -> None:
-        super().__init__(io_threads)
+    def __init__(self, root: str | Path, *, key_prefix: str = "memory/", io_threads: int = 16,
+                 executor: Executor | None = None) -> None:
+        super().__init__(io_threads, executor)
         self.root = Path(root).expanduser().resolve()
         self.key_prefix = key_prefix
         self.root.mkdir(parents=True, exist_ok=True)

@@ -14,14 +14,13 @@ from fastapi import APIRouter, Depends, Response, status
 from fastapi import Path as PathParam
 
 from ...auto.model import Profile, ProfileKey
+from ...control.integrations import auto_memory, fact_dict
+from ...control.places import place_path
 from ...errors import HarnessMemoryError
 from ..auth import Caller
 from ..deps import ServerContext
 from ..errors import ApiError
-from ..integrations import auto_memory, fact_dict
-from ..places import place_path
-from ..schemas import FactIn, FactList, FactOut, FactPatch, ProfileBody
-from .files import ERRORS
+from ..schemas import ERRORS, FactIn, FactList, FactOut, FactPatch, ProfileBody
 
 FactIdPath = Annotated[str, PathParam(description="The fact id (its file name without `.md`).", max_length=128)]
 

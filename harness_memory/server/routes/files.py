@@ -13,16 +13,15 @@ from fastapi import APIRouter, Depends, Header, Query, Response, status
 from fastapi import Path as PathParam
 from fastapi.responses import PlainTextResponse
 
+from ...control.places import place_path
 from ...errors import ObjectNotFound, PreconditionFailed
 from ...layout import Place, validate_filename
-from ...memdir import ManifestEntry, MemoryDir
-from ...memdir.directory import ABSENT
+from ...memdir import ABSENT, ManifestEntry, MemoryDir
 from ..errors import ApiError
-from ..places import place_path
 from ..schemas import (
+    ERRORS,
     Cleared,
     CreateFile,
-    ErrorBody,
     FileContent,
     FileEntry,
     FileList,
@@ -35,9 +34,6 @@ from ..schemas import (
 
 FilePath = Annotated[str, PathParam(description="File name inside the place, e.g. `user_role.md`.",
                                     max_length=1024)]
-ERRORS: dict[int | str, dict[str, object]] = {
-    code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 412, 413, 422, 503)
-}
 
 
 def place_info(place: Place) -> PlaceInfo:

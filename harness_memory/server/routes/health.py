@@ -8,7 +8,6 @@ probe. Probes need no token (orchestrators do not send one) and reveal no names 
 """
 
 import asyncio
-import concurrent.futures
 import os
 import time
 from collections.abc import Awaitable
@@ -23,7 +22,6 @@ from ..deps import ServerContext
 from ..schemas import Check, ErrorBody, Liveness, Readiness
 
 PROBE_KEY = ".ready-probe"
-_PROBES = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="hm-ready")
 
 
 def add_health_routes(router: APIRouter, ctx: ServerContext) -> None:
@@ -64,7 +62,7 @@ async def _timed(name: str, check: Awaitable[str], ctx: ServerContext) -> tuple[
 
 
 async def _check_store(ctx: ServerContext) -> str:
-    """One GET of a key that need not exist, in the store's own thread pool (a hung request must
+    """One GET of a key that need not exist, in the services' ``io`` pool (a hung request must
     not hold up the event loop's default executor, which shutdown waits for)."""
     store = ctx.services.store
     await store.aget_or_none(ctx.services.key_prefix + PROBE_KEY)
@@ -79,5 +77,5 @@ async def _check_redis(ctx: ServerContext) -> str:
     client = ctx.services.redis
     if client is None:
         return "not configured (in-process mode)"
-    await asyncio.get_running_loop().run_in_executor(_PROBES, client.ping)
+    await ctx.services.run_off_loop(client.ping)
     return "redis reachable"

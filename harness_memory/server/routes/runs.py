@@ -17,12 +17,12 @@ from fastapi import APIRouter, Depends
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
+from ...control.integrations import inject_summary
 from ...layout import validate_id
 from ...session.binding import bind_session
 from ..auth import Caller, resolve_user
 from ..deps import AgentTypePath, ServerContext
 from ..errors import ApiError
-from ..integrations import inject_summary
 from ..schemas import ErrorBody, RunRequest, RunResponse
 
 log = logging.getLogger(__name__)
@@ -48,8 +48,8 @@ def add_run_routes(router: APIRouter, ctx: ServerContext) -> None:
         agent_type = validate_id(agent_type, "agent type")
         user = resolve_user(caller, ctx.server, body_user=body.user_id)
         model = ctx.agent_model()  # ModelNotConfigured -> 503 naming the settings
-        session_id, created = bind_session(user, body.session_id, ctx.server)
-        message, injected = await inject_summary(ctx, session_id, body.message, new_session=created)
+        session_id, created = bind_session(user, body.session_id, ctx.config.session.bind_to_user)
+        message, injected = await inject_summary(ctx.services, session_id, body.message, new_session=created)
         from ...agent import build_agent  # agno is slow to import: only when a run is asked for
 
         agent = await run_in_threadpool(build_agent, user, agent_type=agent_type, session_id=session_id,

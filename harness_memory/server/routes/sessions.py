@@ -11,12 +11,11 @@ from fastapi import APIRouter, Depends, Query, Response, status
 from fastapi import Path as PathParam
 from fastapi.concurrency import run_in_threadpool
 
+from ...control.integrations import session_debug, session_manager
 from ...session.binding import bind_session
 from ..auth import Caller
 from ..deps import ServerContext
-from ..integrations import session_debug, session_manager
-from ..schemas import NewSession, SessionDebug
-from .files import ERRORS
+from ..schemas import ERRORS, NewSession, SessionDebug
 
 SessionPath = Annotated[str, PathParam(description="The session id.", max_length=128)]
 Messages = Annotated[bool, Query(description="Include the last buffered messages.")]
@@ -30,20 +29,20 @@ def add_session_routes(router: APIRouter, ctx: ServerContext) -> None:
     @router.post("/users/{user_id}/sessions", **opts, response_model=NewSession, status_code=status.HTTP_201_CREATED,
                  summary="Start a session (its id is bound to the user)")
     def new_session(user: User) -> NewSession:
-        session_id, _ = bind_session(user, None, ctx.server)
+        session_id, _ = bind_session(user, None, ctx.config.session.bind_to_user)
         return NewSession(session_id=session_id, user_id=user)
 
     @router.get("/users/{user_id}/sessions/{session_id}", **opts, response_model=SessionDebug,
                 summary="Session memory state of one of the user's sessions")
     async def show(user: User, session_id: SessionPath, messages: Messages = False) -> SessionDebug:
-        bound, _ = bind_session(user, session_id, ctx.server)
+        bound, _ = bind_session(user, session_id, ctx.config.session.bind_to_user)
         info = await run_in_threadpool(session_debug, ctx.services, bound, messages=messages)
         return SessionDebug(**info)
 
     @router.delete("/users/{user_id}/sessions/{session_id}", **opts, status_code=status.HTTP_204_NO_CONTENT,
                    summary="Forget a session: its buffer, cached and stored summary")
     async def forget(user: User, session_id: SessionPath) -> Response:
-        bound, _ = bind_session(user, session_id, ctx.server)
+        bound, _ = bind_session(user, session_id, ctx.config.session.bind_to_user)
         await session_manager(ctx.services).clear_session(bound)
         return Response(status_code=status.HTTP_204_NO_CONTENT)
 

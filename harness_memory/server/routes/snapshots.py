@@ -6,11 +6,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends
 from fastapi.concurrency import run_in_threadpool
 
+from ...control.integrations import snapshot_action, snapshot_status
 from ...layout import validate_id
 from ..deps import AgentTypePath, ServerContext
-from ..integrations import snapshot_action, snapshot_status
-from ..schemas import SnapshotView
-from .files import ERRORS
+from ..schemas import ERRORS, SnapshotView
 
 PREFIX = "/users/{user_id}/agents/{agent_type}/snapshot"
 

@@ -14,16 +14,15 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from ...auto import auto_memory_for
+from ...control.bundle import Bundle, export_places
+from ...control.bundle_import import ImportReport, ImportTarget, apply_import, plan_import
+from ...control.bundle_zip import ZIP_MEDIA_TYPE, bundle_from_zip, bundle_to_zip
+from ...control.places import Scope, discover_places, place_path
 from ...layout import PlaceKind
 from ...memdir import MemoryDir
-from ..bundle import Bundle, export_places
-from ..bundle_import import ImportReport, ImportTarget, apply_import, plan_import
-from ..bundle_zip import ZIP_MEDIA_TYPE, bundle_from_zip, bundle_to_zip
 from ..deps import ServerContext
 from ..errors import ApiError
-from ..places import Scope, discover_places, place_path
-from ..schemas import Cleared, ErrorBody, ImportPlaceResult, ImportResult, PlaceSummary, UserPlaces
-from .files import ERRORS
+from ..schemas import ERRORS, Cleared, ErrorBody, ImportPlaceResult, ImportResult, PlaceSummary, UserPlaces
 
 Format = Annotated[Literal["json", "zip"], Query(description="`json` bundle or `zip` of the tree.")]
 Mode = Annotated[Literal["merge", "replace"], Query(

@@ -1,12 +1,12 @@
-"""Importing a bundle: validate everything first, then write through ``MemoryDir``.
+"""Importing a bundle: validate everything first, then one ``MemoryDir`` transaction per place.
 
 Why validate the whole bundle before writing anything: a user restoring a backup must never end
 up with half of it. Names, encoding, checksums, sizes, frontmatter, file counts, state files and
 where each place may go (``ImportTarget``) are all checked; any problem and nothing is written,
-and ``BundleInvalid.problems`` lists every one so a backup is fixed in one pass. Writes then go
-through ``MemoryDir.save`` (place lock, manifest of record, MEMORY.md); a file whose bytes are
-already stored is left alone (``unchanged``), and the manifest meta and original ``created_at``
-come back in one manifest commit per place.
+and ``BundleInvalid.problems`` lists every one so a backup is fixed in one pass. Each place is
+then written in one ``PlaceTxn`` (place lock, files, manifest of record with the bundle's meta and
+original ``created_at``, MEMORY.md, state files): a place is fully imported or unchanged. A file
+whose bytes are already stored is left alone (``unchanged``).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any, Literal
 
 from ..errors import InvalidName, MemoryFormatError
 from ..layout import Place, PlaceKind, validate_filename, validate_id
-from ..memdir import Manifest, MemoryDir
-from .bundle import MAX_STATE_FILE_BYTES, Bundle, BundleFile, BundlePlace, Progress, is_state_file
+from ..memdir import Manifest, MemoryDir, is_state_file
+from .bundle import MAX_STATE_FILE_BYTES, Bundle, BundleFile, BundlePlace, Progress
 from .places import place_path
 
 MAX_PROBLEMS = 50
@@ -171,7 +171,10 @@ class ImportReport:
 def apply_import(plans: Sequence[PlannedPlace], mode: Literal["merge", "replace"], *,
                  clear_also: Sequence[MemoryDir] = (), dry_run: bool = False,
                  progress: Progress | None = None) -> ImportReport:
-    """Write the planned files. ``replace`` clears each target place (and ``clear_also``) first."""
+    """Write the planned files, one place transaction per place (``MemoryDir.transaction``): a
+    place is either fully imported or unchanged. ``merge`` keeps files the bundle does not name
+    and leaves identical ones alone; ``replace`` makes each target place hold exactly the bundle's
+    files (the others are removed in the same commit) and clears ``clear_also``."""
     report = ImportReport(mode=mode, dry_run=dry_run)
     reports = {p.mdir.place.prefix: PlaceReport(place_path(p.mdir.place)) for p in plans}
     if dry_run:
@@ -179,47 +182,66 @@ def apply_import(plans: Sequence[PlannedPlace], mode: Literal["merge", "replace"
             reports[plan.mdir.place.prefix].created = len(plan.files)
         report.places = list(reports.values())
         return report
-    if mode == "replace":
-        for mdir in [*(p.mdir for p in plans), *clear_also]:
-            cleared = mdir.clear()
-            rep = reports.setdefault(mdir.place.prefix, PlaceReport(place_path(mdir.place)))
-            rep.cleared += cleared
     total = sum(len(p.files) for p in plans)
     done = 0
     for plan in plans:
-        mdir, rep = plan.mdir, reports[plan.mdir.place.prefix]
-        for name, text, _created in plan.files:
-            done += 1
-            if progress is not None:
-                progress(done, total, f"{rep.path}/{name}")
-            current = mdir.store.get_or_none(mdir.place.key(name)) if mode == "merge" else None
-            if current is not None and current.data == text.encode("utf-8"):
-                rep.unchanged += 1
-                continue
-            result = mdir.save(name, text)
-            if result.created:
-                rep.created += 1
+        rep = reports[plan.mdir.place.prefix]
+        with plan.mdir.transaction() as txn:
+            if mode == "replace":
+                existing = plan.mdir.memory_files()
+                rep.cleared = len(existing)
+                txn.clear_entries()
+                for name in sorted(existing - {n for n, _, _ in plan.files}):
+                    txn.delete(name)
+                for name in _state_files(plan.mdir) - set(plan.state):
+                    txn.delete_state(name)
             else:
-                rep.updated += 1
-        _restore_manifest_state(plan)
-        for name, data in plan.state.items():
-            mdir.store.put(mdir.place.prefix + name, data, content_type="application/json")
+                txn.prefetch([n for n, _, _ in plan.files])
+            unchanged: dict[str, float] = {}
+            for name, text, created_at in plan.files:
+                done += 1
+                if progress is not None:
+                    progress(done, total, f"{rep.path}/{name}")
+                current = txn.read(name) if mode == "merge" else None
+                if current is not None and current.data == text.encode("utf-8"):
+                    rep.unchanged += 1
+                    if created_at is not None:
+                        unchanged[name] = created_at
+                    continue
+                txn.write(name, text, created_at=created_at)
+                if current is None:
+                    rep.created += 1
+                else:
+                    rep.updated += 1
+            txn.mutate(_restore_state(plan, unchanged, replace=mode == "replace"))
+            for name, data in plan.state.items():
+                txn.put_state(name, data)
+    if mode == "replace":
+        for mdir in clear_also:
+            rep = reports.setdefault(mdir.place.prefix, PlaceReport(place_path(mdir.place)))
+            rep.cleared += mdir.clear()
     report.places = list(reports.values())
     return report
 
 
-def _restore_manifest_state(plan: PlannedPlace) -> None:
-    """Put back the manifest meta and each file's original ``created_at`` (one manifest write)."""
-    created = {name: at for name, _, at in plan.files if at is not None}
-    if not plan.meta and not created:
-        return
+def _state_files(mdir: MemoryDir) -> set[str]:
+    return {info.key[len(mdir.place.prefix):] for info in mdir.store.list(mdir.place.prefix)
+            if is_state_file(info.key[len(mdir.place.prefix):])}
+
+
+def _restore_state(plan: PlannedPlace, unchanged: dict[str, float], *, replace: bool
+                   ) -> Callable[[Manifest], None]:
+    """The manifest change of an import: the bundle's meta (all of it on replace) and the original
+    ``created_at`` of files left unchanged (written files carry theirs already)."""
 
     def mutate(manifest: Manifest) -> None:
-        if plan.meta:
+        if replace:
+            manifest.meta = dict(plan.meta or {})
+        elif plan.meta:
             manifest.meta.update(plan.meta)
-        for name, at in created.items():
+        for name, at in unchanged.items():
             entry = manifest.entries.get(name)
             if entry is not None:
                 entry.created_at = at
 
-    plan.mdir.update_meta(mutate)
+    return mutate

@@ -19,7 +19,8 @@ from pydantic import ValidationError
 
 from ..errors import MemoryFormatError
 from ..layout import INDEX_FILE, MANIFEST_FILE
-from .bundle import MAX_STATE_FILE_BYTES, Bundle, BundleFile, BundlePlace, encode_file, is_state_file
+from ..memdir import is_state_file
+from .bundle import MAX_STATE_FILE_BYTES, Bundle, BundleFile, BundlePlace, encode_file
 from .bundle_import import BundleInvalid
 from .places import normalize_path, place_of_rel
 

@@ -15,7 +15,6 @@ import binascii
 import datetime as dt
 import hashlib
 import logging
-import re
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -23,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import InvalidName, MemoryFormatError
 from ..layout import MANIFEST_FILE, Place, PlaceKind
-from ..memdir import Manifest, MemoryDir
+from ..memdir import Manifest, MemoryDir, is_state_file
 from .places import is_memory_file, place_path
 
 log = logging.getLogger(__name__)
@@ -31,17 +30,10 @@ log = logging.getLogger(__name__)
 BUNDLE_FORMAT = "harness-memory-bundle"
 BUNDLE_VERSION = 1
 MAX_STATE_FILE_BYTES = 1024 * 1024
-#: State objects kept beside the memories (``.snapshot-synced.json``, ``.auto-state.json``, …):
-#: dot-named JSON files at the top of a place, other than the manifest (which is rebuilt).
-_STATE_NAME = re.compile(r"^\.[A-Za-z0-9][A-Za-z0-9_-]{0,63}\.json$")
 
 
 Progress = Callable[[int, int, str], None]
 """``progress(done, total, label)`` — called as files are read or written."""
-
-
-def is_state_file(name: str) -> bool:
-    return bool(_STATE_NAME.fullmatch(name)) and name != MANIFEST_FILE
 
 
 class BundleFile(BaseModel):

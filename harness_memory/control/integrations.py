@@ -3,7 +3,7 @@
 Why one module: the HTTP routes and the CLI show the same views (session debug, snapshot
 status) and must degrade the same way; keeping every call into those packages here makes the
 routes thin and the dependency on their APIs visible in one place. The packages are imported
-on first use (agno-free, but not needed by most commands).
+on first use (agno-free, but not needed by most commands). Nothing here knows about HTTP.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from ..auto.service import AutoMemory
     from ..services import MemoryServices
     from ..session.manager import SessionMemoryManager
-    from .deps import ServerContext
 
 log = logging.getLogger(__name__)
 RECENT_MESSAGES = 20
@@ -29,20 +28,18 @@ RECENT_MESSAGES = 20
 
 # -- session memory --------------------------------------------------------------------------
 def session_manager(services: MemoryServices) -> SessionMemoryManager:
-    from ..session import session_manager_for
-
-    return session_manager_for(services)
+    return services.session_manager()
 
 
-async def inject_summary(ctx: ServerContext, session_id: str, message: str, *, new_session: bool
+async def inject_summary(services: MemoryServices, session_id: str, message: str, *, new_session: bool
                          ) -> tuple[str, bool]:
     """(message to send, whether a summary was put in front). Never raises: memory degrades."""
-    if new_session or not ctx.config.session.enabled:
+    if new_session or not services.config.session.enabled:
         return message, False
     try:
         from ..session import inject_summary_for_session
 
-        injected = await inject_summary_for_session(session_manager(ctx.services), session_id, message)
+        injected = await inject_summary_for_session(session_manager(services), session_id, message)
     except Exception as exc:
         log.warning("session summary for %s not injected (%s)", session_id, exc)
         return message, False
@@ -78,9 +75,7 @@ def session_debug(services: MemoryServices, session_id: str, *, messages: bool =
 
 # -- auto memory -----------------------------------------------------------------------------
 def auto_memory(services: MemoryServices) -> AutoMemory:
-    from ..auto.service import auto_memory_for
-
-    return auto_memory_for(services)
+    return services.auto_memory()
 
 
 def fact_dict(fact: Fact) -> dict[str, Any]:
