@@ -282,7 +282,8 @@ class Updater:
         messages = build_messages(snapshot, unseen, batch.signals, threshold=cfg.fact_confidence_threshold,
                                   today=self._today(), max_conversation_tokens=cfg.max_conversation_tokens)
         try:
-            answer = model.complete(messages, json_mode=True, max_tokens=cfg.max_output_tokens)
+            answer = model.complete(messages, json_mode=True, max_tokens=cfg.max_output_tokens,
+                                    purpose="extraction")
         except LLMError as exc:
             log.warning("auto-memory extraction for %s failed (%s); will retry", batch.key, exc)
             return UpdateResult(UpdateStatus.RETRY, batch.key, len(unseen), reason=str(exc))
