@@ -107,7 +107,7 @@ class RedisLocker:
         self.prefix = prefix
         self.ttl = ttl
         self.wait = wait
-        self.fallback = fallback or LocalLocker(ttl=ttl, wait=wait)
+        self.fallback = fallback or LocalLocker(ttl=ttl, wait=wait, telemetry=telemetry)
         self._release = client.register_script(_RELEASE)
         self._warned = False
 
@@ -149,7 +149,7 @@ class RedisLocker:
                 if not self._release(keys=[key], args=[token]):
                     # Our token was gone: the lock expired while held (and maybe another writer took it).
                     self.telemetry.lease_lost("place")
-                    log.warning("the lock %s expired before its holder finished (held past its %.0fs TTL)",
+                    log.warning("the lock %s expired before its holder finished (held past its %gs TTL)",
                                 name, ttl)
             except redis.RedisError as exc:  # the TTL frees it
                 log.warning("could not release lock %s (%s); it expires in %.0fs", name, exc, ttl)
