@@ -76,7 +76,7 @@ class Op:
 
     def __enter__(self) -> Op:
         tracer = self._t.tracer
-        if tracer is not None:
+        if tracer is not None and tracer.enabled():
             try:
                 self._cm, self._span = tracer.start(_SPAN_NAMES[self.kind] + self.label,
                                                     self._t.span_attributes(self.kind, self.label, self._fields))

@@ -26,10 +26,19 @@ TRACER_NAME = "harness_memory"
 class Tracer:
     """A thin wrapper over an OpenTelemetry tracer (only what memory work needs)."""
 
-    def __init__(self, tracer: Any, status: Any, status_code: Any) -> None:
+    def __init__(self, tracer: Any, status: Any, status_code: Any,
+                 global_provider: Callable[[], Any] | None = None, noop_types: tuple[type, ...] = ()) -> None:
         self._tracer = tracer
         self._status = status
         self._error = status_code.ERROR
+        self._global_provider = global_provider
+        self._noop_types = noop_types
+
+    def enabled(self) -> bool:
+        """False while the global provider is the API's no-op one (no SDK configured): a span would
+        record nothing, and skipping it saves most of its cost. Checked per span, so a provider
+        the app sets later is used from then on."""
+        return self._global_provider is None or not isinstance(self._global_provider(), self._noop_types)
 
     def start(self, name: str, attributes: dict[str, Any]) -> tuple[Any, Any]:
         """Open a span as the current one; returns (context manager, span)."""
@@ -56,14 +65,15 @@ def make_tracer(provider: Any | None = None) -> Tracer | None:
     when opentelemetry-api is not installed."""
     try:
         from opentelemetry import trace
-        from opentelemetry.trace import Status, StatusCode
+        from opentelemetry.trace import NoOpTracerProvider, ProxyTracerProvider, Status, StatusCode
     except ImportError:
         return None
     from .. import __version__
 
-    tracer = (provider.get_tracer(TRACER_NAME, __version__) if provider is not None
-              else trace.get_tracer(TRACER_NAME, __version__))
-    return Tracer(tracer, Status, StatusCode)
+    if provider is not None:
+        return Tracer(provider.get_tracer(TRACER_NAME, __version__), Status, StatusCode)
+    return Tracer(trace.get_tracer(TRACER_NAME, __version__), Status, StatusCode, trace.get_tracer_provider,
+                  (ProxyTracerProvider, NoOpTracerProvider))
 
 
 def wrap_context(fn: Callable[..., T]) -> Callable[..., T]:
