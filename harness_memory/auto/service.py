@@ -286,6 +286,8 @@ class AutoMemory:
     def _sync_queue_metrics(self) -> None:
         """Bring the queue metrics up to date: the depth, and the queue's counters since last time
         (read from ``QueueStats``, so the queue itself needs no telemetry)."""
+        if self.services.telemetry.metrics is None:
+            return
         with self._metrics_lock:
             now = dataclasses.replace(self.worker.stats)
             seen, self._metrics_seen = self._metrics_seen, now

@@ -59,7 +59,7 @@ class _Bridge:
         telemetry = self.services.telemetry
         if telemetry.metrics is None:
             return iter(())
-        telemetry.render()  # runs the refreshers
+        telemetry.refresh()
         return iter(list(telemetry.metrics.exposition_registry().collect()))
 
 

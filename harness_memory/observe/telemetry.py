@@ -254,11 +254,8 @@ class Telemetry:
             if fn in self._refreshers:
                 self._refreshers.remove(fn)
 
-    def render(self, accept: str | None = None) -> tuple[bytes, str]:
-        """(body, content type) for ``GET /metrics``; raises RuntimeError when metrics are off."""
-        if self.metrics is None:
-            raise RuntimeError("metrics are off: install the metrics extra (pip install "
-                               "'harness-memory[metrics]') and keep observe.metrics on")
+    def refresh(self) -> None:
+        """Run the refreshers (before an exposition)."""
         with self._lock:
             refreshers = list(self._refreshers)
         for fn in refreshers:
@@ -266,6 +263,13 @@ class Telemetry:
                 fn()
             except Exception as exc:
                 log.debug("metrics refresher failed: %s", exc)
+
+    def render(self, accept: str | None = None) -> tuple[bytes, str]:
+        """(body, content type) for ``GET /metrics``; raises RuntimeError when metrics are off."""
+        if self.metrics is None:
+            raise RuntimeError("metrics are off: install the metrics extra (pip install "
+                               "'harness-memory[metrics]') and keep observe.metrics on")
+        self.refresh()
         return self.metrics.render(accept)
 
     # -- recording (called by Op) -----------------------------------------------------------------
