@@ -152,6 +152,7 @@ def test_json_logs_carry_events_without_user_ids_or_memory_text(make_config: Cal
         assert tools.save_file("role.md", MEMORY).startswith("Created")
         assert tools.read_file("nope.md").startswith("Error")
         logging.getLogger("harness_memory.test").warning("could not read memory/users/carol-42/x.md")
+        logging.getLogger("harness_memory.test").warning("recall for user %s failed", "carol-42")
     finally:
         services.close()
         pkg.removeHandler(handler)

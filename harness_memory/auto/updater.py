@@ -289,8 +289,9 @@ class Updater:
             return UpdateResult(UpdateStatus.RETRY, batch.key, len(unseen), reason=str(exc))
         plan = parse_answer(answer.text)
         if plan is None:
-            log.warning("auto-memory extraction for %s: unusable answer, nothing changed: %.200r",
-                        batch.key, answer.text)
+            log.warning("auto-memory extraction for %s: unusable answer (%d chars), nothing changed",
+                        batch.key, len(answer.text))
+            log.debug("unusable extraction answer: %.200r", answer.text)
             return UpdateResult(UpdateStatus.RETRY, batch.key, len(unseen), reason="unusable answer",
                                 prompt_tokens=answer.prompt_tokens, completion_tokens=answer.completion_tokens)
         rules = ApplyRules(threshold=cfg.fact_confidence_threshold, max_facts=cfg.max_facts)

@@ -10,8 +10,8 @@ session id, duration and outcome.
 What never appears: memory text (no event carries content; the few human messages that quoted a
 model's answer now give its length) and raw user ids — an event names the user by
 ``hash_user(user_id)`` (a stable pseudonym: the same user has the same hash in every pod, so one
-user's work can be followed, but the id is not written), and ``users/<id>/`` paths and
-``user_id='…'`` in a message are rewritten to the hash as well.
+user's work can be followed, but the id is not written), and ``users/<id>/`` paths,
+``user_id='…'`` and "for/of user <id>" in a message are rewritten to the hash as well.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ EVENT_LOGGER = "harness_memory.events"
 PACKAGE_LOGGER = "harness_memory"
 _USER_PATH = re.compile(r"(users/)([^/\s'\"]+)")
 _USER_FIELD = re.compile(r"(user_id=')([^']*)(')")
+#: Our own log lines name a user as "for user <id>" / "of user <id>".
+_USER_WORD = re.compile(r"((?:for|of) user )([^\s,;:()]+)")
 #: Fields of a LogRecord that are not ``extra`` data.
 _RECORD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
 
@@ -40,11 +42,13 @@ def hash_user(user_id: str | None) -> str | None:
 
 
 def redact(text: str) -> str:
-    """``text`` with user ids in store paths and ``user_id='…'`` replaced by their hash."""
+    """``text`` with user ids in store paths, ``user_id='…'`` and "for/of user <id>" replaced by their hash."""
     if "users/" in text:
         text = _USER_PATH.sub(lambda m: m.group(1) + str(hash_user(m.group(2))), text)
     if "user_id='" in text:
         text = _USER_FIELD.sub(lambda m: m.group(1) + str(hash_user(m.group(2))) + m.group(3), text)
+    if " user " in text:
+        text = _USER_WORD.sub(lambda m: m.group(1) + str(hash_user(m.group(2))), text)
     return text
 
 

@@ -189,7 +189,7 @@ def _ask_model(query: str, entries: list[ManifestEntry], surfaced: frozenset[str
         return None
     names = _answer_names(extract_json(result.text))
     if names is None:
-        log.info("recall: light model answer has no file list (%.120r); using lexical ranking", result.text)
+        log.info("recall: light model answer has no file list (%d chars); using lexical ranking", len(result.text))
         return None
     picked = resolve_names(names, known)
     invented = len(names) - len(picked)
