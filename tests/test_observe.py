@@ -243,3 +243,28 @@ def test_import_harness_memory_does_not_import_opentelemetry() -> None:
     result = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)},
                             capture_output=True, text=True, timeout=60, check=True)
     assert result.stdout.strip() == "False"
+
+
+def test_recall_paths_and_light_model_failures(make_config: Callable[..., MemoryConfig]) -> None:
+    """The model failing makes recall take the lexical fallback; both are counted, the model call
+    by purpose and outcome."""
+    from harness_memory.recall import recall
+    from tests.fakellm import ScriptedLLM, error
+
+    with ScriptedLLM() as llm:
+        llm.set_handler(lambda req: error(500, "model down"))
+        cfg = make_config(backend="local", model={"model": "m", "base_url": llm.base_url},
+                          recall={"model_above": 0})
+        services = MemoryServices.from_config(cfg)
+        t = services.telemetry
+        try:
+            services.user_agent_dir("u1").save("role.md", MEMORY)
+            assert recall(services, "u1", "default", "what is my role?").files == ("role.md",)
+            lexical = MemoryServices.from_config(make_config(backend="local", recall={"use_model": False}))
+            assert recall(lexical, "u1", "default", "what is my role?").files == ("role.md",)
+            lexical.close()
+        finally:
+            services.close()
+    assert sample(t, "harness_memory_recalls_total", path="fallback", outcome="hit") == 1
+    assert sample(t, "harness_memory_llm_calls_total", purpose="recall", outcome="model_error") == 1
+    assert sample(lexical.telemetry, "harness_memory_recalls_total", path="lexical", outcome="hit") == 1
