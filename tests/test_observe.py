@@ -220,7 +220,7 @@ def test_without_the_optional_packages_nothing_is_imported(tmp_path: Path) -> No
         cfg = MemoryConfig.load(env={{}}, store={{"backend": "local", "local_root": {str(tmp_path)!r}}})
         svc = MemoryServices.from_config(cfg)
         assert svc.telemetry.metrics is None and svc.telemetry.tracer is None
-        memory = "---\nname: r\ndescription: d\ntype: user\n---\n\nbody\n"
+        memory = "---\\nname: r\\ndescription: d\\ntype: user\\n---\\n\\nbody\\n"
         assert svc.user_agent_dir("u1").save("r.md", memory).created
         try:
             svc.telemetry.render()
