@@ -129,11 +129,13 @@ class Subject:
 
 
 def run(quick: bool = False) -> str:
-    rounds, per_round, memories = (3, 10, 10) if quick else (20, 50, 100)
+    rounds, per_round, memories = (4, 10, 10) if quick else (40, 50, 100)
     subjects = [Subject(s, memories) for s in SETTINGS]
     try:
         for r in range(rounds):
-            for s in subjects:  # the same work for every setting, interleaved
+            # The same work for every setting, interleaved; the order rotates each round so no setting
+            # always runs right after another's garbage or background work.
+            for s in subjects[r % len(subjects):] + subjects[: r % len(subjects)]:
                 for _ in range(per_round):
                     s.post_hooks()
                 s.manager.flush(30)

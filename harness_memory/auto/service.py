@@ -266,7 +266,6 @@ class AutoMemory:
             log.warning("auto memory: not captured (%s)", exc)
             return
         self.worker.submit(key, messages, detect_signals(messages))
-        self._sync_queue_metrics()
 
     def _process(self, batch: Batch) -> bool:
         place = AutoPlace(self.services.user_auto_dir(batch.key.user_id))
@@ -285,7 +284,8 @@ class AutoMemory:
 
     def _sync_queue_metrics(self) -> None:
         """Bring the queue metrics up to date: the depth, and the queue's counters since last time
-        (read from ``QueueStats``, so the queue itself needs no telemetry)."""
+        (read from ``QueueStats``, so the queue itself needs no telemetry). Called after each batch
+        and before each exposition — not on capture, which is on the user's run."""
         if self.services.telemetry.metrics is None:
             return
         with self._metrics_lock:
