@@ -3,9 +3,10 @@
 Run: ``.venv/bin/python -m bench.bench_observe`` (``--quick`` for the smallest configuration; the
 store is a temporary local directory, so store latency does not hide the overhead).
 
-Four telemetry settings side by side, each with its own ``MemoryServices``:
+Telemetry settings side by side, each with its own ``MemoryServices``:
 
 * **off** — ``Telemetry.disabled()`` (what a process without the extras gets);
+* **off (control)** — the same again: its difference to *off* is the noise floor of the run;
 * **metrics** — prometheus_client counters and histograms (the default with the ``metrics`` extra);
 * **metrics + spans (no SDK)** — plus OpenTelemetry API spans on the global provider with no SDK
   configured: non-recording spans (an app with ``opentelemetry-api`` but no tracing set up);
@@ -37,12 +38,12 @@ from harness_memory.session import make_session_post_hook
 
 from .common import memory_text, p50, scratch_dir, seed, table
 
-SETTINGS = ("off", "metrics", "metrics + spans (no SDK)", "metrics + spans (SDK)")
+SETTINGS = ("off", "off (control)", "metrics", "metrics + spans (no SDK)", "metrics + spans (SDK)")
 USER = "bench-user"
 
 
 def _telemetry(setting: str) -> tuple[Telemetry, Any]:
-    if setting == "off":
+    if setting.startswith("off"):
         return Telemetry.disabled(), None
     if setting == "metrics":
         return Telemetry(tracing=False), None
@@ -157,10 +158,12 @@ def run(quick: bool = False) -> str:
     finally:
         for s in subjects:
             s.close()
-    note = ("p50 over interleaved rounds on a local store (a temporary directory: no network latency to hide the "
-            "overhead). `post-run hooks` is the session + auto-memory post-hooks of `build_agent` (what the run "
-            "waits for); `store request record` is the cost of one empty recorded store request (ms). 'added' is "
-            "the p50 difference to `off`; on this shared 2-core machine differences within ±3 % are noise.")
+    note = ("p50 over interleaved rounds (order rotating) on a local store (a temporary directory: no network "
+            "latency to hide the overhead). `post-run hooks` is the session + auto-memory post-hooks of "
+            "`build_agent` (what the run waits for; they record nothing themselves — the background collect and "
+            "the batches do); `store request record` is the cost of one empty recorded store request (ms). "
+            "'added' is the p50 difference to `off`; `off (control)` is a second, identical `off` setting, so "
+            "its 'added' is this run's noise floor.")
     return "\n\n".join([f"### Metrics and tracing overhead ({'quick' if quick else 'full'})",
                         table(["operation", "telemetry", "calls", "p50 ms", "added vs off"], rows), note])
 
