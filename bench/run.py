@@ -58,6 +58,8 @@ BENCHES = (
           "Memory-related model calls of the same kind of 100-turn conversation at five user paces."),
     Bench("concurrency", "6. Concurrency", "bench.bench_concurrency",
           "Saves per second into one place from 1 / 2 / 4 / 8 OS processes, and lost index entries."),
+    Bench("observe", "7. Observability overhead", "bench.bench_observe",
+          "What Prometheus metrics and OpenTelemetry spans add to the post-run hooks and to a tool call."),
 )
 
 

@@ -82,7 +82,7 @@ def _fmt(x: float) -> str:
 def evaluate_targets(sections: dict[str, str]) -> list[Target]:
     return [_build_requests(sections.get("build")), _build_time(sections.get("build")),
             _post_hook(sections.get("session")), _recall(sections.get("recall")),
-            _memory_calls(sections.get("cost"), sections.get("auto"))]
+            _memory_calls(sections.get("cost"), sections.get("auto")), _observe(sections.get("observe"))]
 
 
 def _build_rows(md: str | None) -> tuple[Row | None, Row | None]:
@@ -172,6 +172,25 @@ def _memory_calls(cost: str | None, auto: str | None) -> Target:
     if turns < 100:  # a quick run: calls do not scale with turns (debounce, thresholds)
         return Target(name, "#5 auto memory", measured + " — quick run, not judged", None, how)
     return Target(name, "#5 auto memory", measured, calls <= 8, how, short)
+
+
+def _observe(md: str | None) -> Target:
+    name = "metrics cost on the post-run hook and a tool call < 5 %"
+    how = ("p50 with prometheus metrics vs telemetry off, interleaved rounds, local store (`bench_observe`), net of "
+           "the run's noise floor (a second `off` setting); spans with a real OpenTelemetry SDK shown beside; "
+           "judged on the hooks and read_file (save_file's fsync noise is larger than the effect)")
+    control = {what: num(find_row(md, operation=what, telemetry="off (control)"), "added vs off") or 0.0
+               for what in ("post-run hooks", "read_file", "save_file")}
+    added = {what: num(find_row(md, operation=what, telemetry="metrics"), "added vs off") for what in control}
+    if any(v is None for v in added.values()):
+        return Target(name, "#16 observability", "n/a", None, how)
+    net = {w: (added[w] or 0.0) - control[w] for w in control}
+    sdk = {w: num(find_row(md, operation=w, telemetry="metrics + spans (SDK)"), "added vs off") for w in control}
+    measured = ", ".join(f"{w} {added[w]:+.1f} % (noise floor {control[w]:+.1f} %)" for w in control)
+    measured += "; with SDK spans: " + ", ".join(f"{w} {v:+.1f} %" for w, v in sdk.items() if v is not None)
+    worst = max(net["post-run hooks"], net["read_file"])
+    return Target(name, "#16 observability", measured, worst < 5.0, how,
+                  f"hooks {net['post-run hooks']:+.1f} %, read_file {net['read_file']:+.1f} % (net of noise)")
 
 
 def _turns(cost: str | None) -> int:

@@ -124,7 +124,14 @@ def inject_memory_tools(
 
 
 def _wire(agent: Agent, services: MemoryServices, user_id: str, agent_type: str, *, query: str | None) -> Agent:
-    """Tools, prompt and hooks for one user's agent (shared by build_agent and inject_memory_tools)."""
+    """Tools, prompt and hooks for one user's agent (shared by build_agent and inject_memory_tools),
+    observed as one ``memory.build`` span (the store reads it makes are its children)."""
+    with services.telemetry.build(user_id, agent_type, agent.session_id):
+        return _wire_parts(agent, services, user_id, agent_type, query=query)
+
+
+def _wire_parts(agent: Agent, services: MemoryServices, user_id: str, agent_type: str, *,
+                query: str | None) -> Agent:
     cfg = services.config
     own = services.user_agent_dir(user_id, agent_type)
     shared = services.shared_agent_dir(agent_type)

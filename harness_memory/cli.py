@@ -1,5 +1,5 @@
 """``harness-memory``: the operator CLI (serve, ls, cat, rm, clear, export, import, reindex,
-snapshot status|sync, session show, config).
+snapshot status|sync, session show, config, doctor, tiktoken-cache).
 
 Why paths: every command names memory the way the store lays it out (``users/100/agent-memory/
 default/user_role.md``, ``users/100``, ``agent-memory/default``; a ``~/.harness/`` or ``memory/``
@@ -271,6 +271,47 @@ def cmd_config(cfg: MemoryConfig, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(cfg: MemoryConfig, args: argparse.Namespace) -> int:
+    """Every check (or ``--check`` ones) as a table or JSON; exit 1 when any failed."""
+    from .control.doctor import CheckResult, DoctorReport, run_checks
+
+    try:
+        svc = MemoryServices.from_config(cfg)
+    except ConfigError as exc:  # a store that cannot even be built is the config check failing
+        report = DoctorReport([CheckResult("config", "fail", str(exc), "fix the setting named above")])
+    else:
+        try:
+            report = run_checks(svc, deadline=args.timeout, only=args.check or None)
+        except ValueError as exc:
+            raise CliError(str(exc), EXIT_USAGE) from None
+        finally:
+            svc.close()
+    print(json.dumps(report.to_json(), indent=1, ensure_ascii=False) if args.json else report.table())
+    return 0 if report.ok else EXIT_FAIL
+
+
+def cmd_tiktoken_cache(cfg: MemoryConfig, args: argparse.Namespace) -> int:
+    """Put the verified cl100k_base BPE file where tiktoken looks, so no process downloads it."""
+    from . import tokens_cache as tc
+
+    if args.status:
+        path = tc.cache_path()
+        state = "verified" if tc.cached() else "missing"
+        print(f"{path}\t{state}\t{tc.MODE_ENV}={tc.mode()}")
+        return 0 if tc.cached() else EXIT_NOT_FOUND
+    try:
+        target = tc.store(Path(args.source) if args.source else None, Path(args.dir) if args.dir else None)
+    except FileNotFoundError as exc:
+        raise CliError(str(exc), EXIT_NOT_FOUND) from None
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    print(f"stored the cl100k_base encoding at {target}", file=sys.stderr)
+    if args.dir and (tc.cache_dir() is None or Path(args.dir).resolve() != tc.cache_dir().resolve()):  # type: ignore[union-attr]
+        print(f"set TIKTOKEN_CACHE_DIR={Path(args.dir).resolve()} in the environment of every process",
+              file=sys.stderr)
+    return 0
+
+
 # -- parser ------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -318,12 +359,29 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("session_id", help="the session id (as the HTTP API returned it, or the raw id with --user)")
     s.add_argument("--user", help="bind the id to this user as the HTTP API does")
     sub.add_parser("config", help="print the effective configuration (secrets masked)")
+    s = sub.add_parser("doctor", help="check config, store, clock, Redis, models, embeddings and tiktoken; "
+                       "exit 1 on any failure")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+    s.add_argument("--check", action="append", metavar="NAME",
+                   help="run only this check (repeatable): config, store, clock, redis, 'agent model', "
+                   "'light model', embeddings, tiktoken")
+    s.add_argument("--timeout", type=float, help="seconds per check (default observe.doctor_timeout_seconds)")
+    s = sub.add_parser("tiktoken-cache", help="store the cl100k_base BPE file in tiktoken's cache (offline pods)")
+    s.add_argument("--from", dest="source", metavar="FILE",
+                   help="the cl100k_base.tiktoken file (default: tiktoken's own cache on this machine)")
+    s.add_argument("--dir", help="cache folder (default: $TIKTOKEN_CACHE_DIR, else tiktoken's default)")
+    s.add_argument("--status", action="store_true", help="only say whether the encoding is cached")
     return p
 
 
 STORE_COMMANDS: dict[str, Callable[[MemoryServices, argparse.Namespace], int]] = {
     "ls": cmd_ls, "cat": cmd_cat, "rm": cmd_rm, "clear": cmd_clear, "export": cmd_export,
     "import": cmd_import, "reindex": cmd_reindex, "snapshot": cmd_snapshot, "session": cmd_session,
+}
+
+
+CONFIG_COMMANDS: dict[str, Callable[[MemoryConfig, argparse.Namespace], int]] = {
+    "config": cmd_config, "doctor": cmd_doctor, "tiktoken-cache": cmd_tiktoken_cache,
 }
 
 
@@ -339,8 +397,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve":
             return cmd_serve(cfg, args)
-        if args.command == "config":
-            return cmd_config(cfg, args)
+        if args.command in CONFIG_COMMANDS:
+            return CONFIG_COMMANDS[args.command](cfg, args)
         svc = MemoryServices.from_config(cfg)
         try:
             return STORE_COMMANDS[args.command](svc, args)

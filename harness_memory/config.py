@@ -224,6 +224,20 @@ class ServerConfig(_Section):
     )
 
 
+class ObserveConfig(_Section):
+    """Metrics, traces and structured logs of memory work (README "Observability")."""
+
+    metrics: bool = Field(True, description="Count memory work in Prometheus metrics (`GET /metrics`); needs "
+                          "the `metrics` extra (prometheus_client).")
+    tracing: bool = Field(True, description="Emit OpenTelemetry spans into the app's tracer provider; needs "
+                          "the `otel` extra (opentelemetry-api).")
+    log_format: Literal["text", "json"] = Field(
+        "text", description="`text`: human log lines; `json`: one JSON object per line plus memory events "
+        "(user ids hashed, no memory text).")
+    doctor_timeout_seconds: float = Field(10.0, gt=0, description="Deadline of each `harness-memory doctor` "
+                                          "check.")
+
+
 # Section name -> env prefix after HARNESS_MEMORY_.
 _SECTIONS: dict[str, str] = {
     "store": "",
@@ -235,6 +249,7 @@ _SECTIONS: dict[str, str] = {
     "auto": "AUTO_",
     "recall": "RECALL_",
     "server": "SERVER_",
+    "observe": "OBSERVE_",
 }
 
 
@@ -250,6 +265,7 @@ class MemoryConfig(_Section):
     auto: AutoMemoryConfig = Field(default_factory=AutoMemoryConfig)
     recall: RecallConfig = Field(default_factory=RecallConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
+    observe: ObserveConfig = Field(default_factory=ObserveConfig)
 
     @classmethod
     def load(

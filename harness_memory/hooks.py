@@ -28,6 +28,8 @@ from typing import Any, ClassVar
 
 from agno.guardrails.base import BaseGuardrail
 
+from .observe import wrap_context
+
 log = logging.getLogger(__name__)
 
 
@@ -95,7 +97,7 @@ class MemoryHook(BaseGuardrail):
             self._run(call)
             return
         try:
-            await asyncio.get_running_loop().run_in_executor(self.executor, self._run, call)
+            await asyncio.get_running_loop().run_in_executor(self.executor, wrap_context(self._run), call)
         except RuntimeError as exc:  # the executor was shut down (process exiting)
             log.warning("%s skipped: %s", self.what, exc)
 

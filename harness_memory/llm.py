@@ -22,6 +22,7 @@ from openai import AsyncOpenAI, OpenAI
 
 from harness_memory.config import ModelConfig
 from harness_memory.errors import HarnessMemoryError
+from harness_memory.observe import DISABLED, Telemetry
 from harness_memory.tokens import count_message_tokens, estimate_tokens
 
 logger = logging.getLogger(__name__)
@@ -104,7 +105,10 @@ class LightModel:
         api_key: str | None = None,
         timeout: float = 30.0,
         max_retries: int = 0,
+        telemetry: Telemetry = DISABLED,
     ) -> None:
+        #: Records each call by purpose: latency, outcome, prompt and completion tokens.
+        self.telemetry = telemetry
         self.model = model
         self.base_url = base_url
         self.timeout = timeout
@@ -121,7 +125,7 @@ class LightModel:
         self.completion_tokens = 0
 
     @classmethod
-    def from_config(cls, cfg: ModelConfig) -> LightModel | None:
+    def from_config(cls, cfg: ModelConfig, *, telemetry: Telemetry = DISABLED) -> LightModel | None:
         """The light model from config (``light_*`` default to the agent's fields); None when no
         model id or base URL is configured — memory features then use their fallbacks."""
         model = cfg.light_model or cfg.model
@@ -129,7 +133,7 @@ class LightModel:
         if not model or not base_url:
             return None
         key = _secret(cfg.light_api_key) or _secret(cfg.api_key)
-        return cls(model=model, base_url=base_url, api_key=key, timeout=cfg.light_timeout)
+        return cls(model=model, base_url=base_url, api_key=key, timeout=cfg.light_timeout, telemetry=telemetry)
 
     def __repr__(self) -> str:
         return f"LightModel(model={self.model!r}, base_url={self.base_url!r})"
@@ -145,8 +149,15 @@ class LightModel:
         json_mode: bool = False,
         max_tokens: int | None = None,
         timeout: float | None = None,
+        purpose: str = "other",
     ) -> LLMResult:
-        """One completion; raises ``LLMError`` on any failure (callers degrade)."""
+        """One completion; raises ``LLMError`` on any failure (callers degrade). ``purpose``
+        (``summary``, ``extraction``, ``recall``, …) labels the call's metrics and span."""
+        with self.telemetry.llm_call(purpose) as call:
+            return self._complete(messages, json_mode, max_tokens, timeout, call)
+
+    def _complete(self, messages: list[dict[str, Any]], json_mode: bool, max_tokens: int | None,
+                  timeout: float | None, call: Any) -> LLMResult:
         use_json = json_mode and self._json_mode_supported
         try:
             response = self._client.chat.completions.create(
@@ -165,7 +176,7 @@ class LightModel:
             self._json_mode_supported = False
         except Exception as exc:
             raise self._fail(exc, timeout) from exc
-        return self._result(response, messages)
+        return self._result(response, messages, call)
 
     async def acomplete(
         self,
@@ -174,8 +185,14 @@ class LightModel:
         json_mode: bool = False,
         max_tokens: int | None = None,
         timeout: float | None = None,
+        purpose: str = "other",
     ) -> LLMResult:
         """The async twin of ``complete`` (same errors, same counters)."""
+        with self.telemetry.llm_call(purpose) as call:
+            return await self._acomplete(messages, json_mode, max_tokens, timeout, call)
+
+    async def _acomplete(self, messages: list[dict[str, Any]], json_mode: bool, max_tokens: int | None,
+                         timeout: float | None, call: Any) -> LLMResult:
         client = self._async_client()
         use_json = json_mode and self._json_mode_supported
         try:
@@ -195,7 +212,7 @@ class LightModel:
             self._json_mode_supported = False
         except Exception as exc:
             raise self._fail(exc, timeout) from exc
-        return self._result(response, messages)
+        return self._result(response, messages, call)
 
     def close(self) -> None:
         """Close the sync client (async clients close with their loops)."""
@@ -240,7 +257,7 @@ class LightModel:
             return LLMError(f"{where} answered HTTP {exc.status_code}: {_status_message(exc)}")
         return LLMError(f"{where} failed: {type(exc).__name__}: {exc}")
 
-    def _result(self, response: Any, messages: list[dict[str, Any]]) -> LLMResult:
+    def _result(self, response: Any, messages: list[dict[str, Any]], call: Any = None) -> LLMResult:
         """Check the answer's shape and count its tokens (estimated when usage is missing)."""
         try:
             choices = response.choices
@@ -257,6 +274,8 @@ class LightModel:
         with self._lock:
             self.prompt_tokens += prompt
             self.completion_tokens += completion
+        if call is not None:
+            call.tokens(prompt, completion)
         if not choices:
             raise self._fail(ValueError("the completion has no choices"), None)
         text = strip_think(content) if isinstance(content, str) else ""

@@ -32,6 +32,7 @@ from redis.retry import Retry
 
 from .config import RedisConfig
 from .errors import LockTimeout
+from .observe import DISABLED, Telemetry
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,9 @@ class Locker(Protocol):
 class LocalLocker:
     """Thread lock per name, plus an flock file per name when ``lock_dir`` is given."""
 
-    def __init__(self, lock_dir: str | Path | None = None, *, ttl: float = 15.0, wait: float = 20.0) -> None:
+    def __init__(self, lock_dir: str | Path | None = None, *, ttl: float = 15.0, wait: float = 20.0,
+                 telemetry: Telemetry = DISABLED) -> None:
+        self.telemetry = telemetry
         self.lock_dir = Path(lock_dir) if lock_dir else None
         self.ttl = ttl
         self.wait = wait
@@ -65,10 +68,13 @@ class LocalLocker:
     def hold(self, name: str, *, ttl: float | None = None, wait: float | None = None) -> Iterator[None]:
         wait = self.wait if wait is None else wait
         lock = self._thread_lock(name)
+        started = time.monotonic()
         if not lock.acquire(timeout=wait):
+            self.telemetry.lock_acquired("local", "timeout", time.monotonic() - started)
             raise LockTimeout(f"another writer holds {name!r}; try again in a moment")
         try:
             if self.lock_dir is None:
+                self.telemetry.lock_acquired("local", "acquired", time.monotonic() - started)
                 yield
                 return
             self.lock_dir.mkdir(parents=True, exist_ok=True)
@@ -77,7 +83,9 @@ class LocalLocker:
             try:
                 flock.acquire(timeout=wait)
             except FileLockTimeout:
+                self.telemetry.lock_acquired("local", "timeout", time.monotonic() - started)
                 raise LockTimeout(f"another process holds {name!r}; try again in a moment") from None
+            self.telemetry.lock_acquired("local", "acquired", time.monotonic() - started)
             try:
                 yield
             finally:
@@ -90,14 +98,16 @@ class RedisLocker:
     """Distributed lock on one Redis; falls back to ``fallback`` while Redis is unreachable."""
 
     def __init__(self, client: redis.Redis, *, prefix: str = "hm:", ttl: float = 15.0, wait: float = 20.0,
-                 fallback: LocalLocker | None = None, retry_after: float = 30.0) -> None:
+                 fallback: LocalLocker | None = None, retry_after: float = 30.0,
+                 telemetry: Telemetry = DISABLED) -> None:
+        self.telemetry = telemetry
         self.client = client
         self.retry_after = retry_after
         self._down_until = 0.0
         self.prefix = prefix
         self.ttl = ttl
         self.wait = wait
-        self.fallback = fallback or LocalLocker(ttl=ttl, wait=wait)
+        self.fallback = fallback or LocalLocker(ttl=ttl, wait=wait, telemetry=telemetry)
         self._release = client.register_script(_RELEASE)
         self._warned = False
 
@@ -111,12 +121,15 @@ class RedisLocker:
         key = self._key(name)
         token = secrets.token_hex(16)
         if time.monotonic() < self._down_until:  # Redis failed recently: do not pay its timeout again
+            self.telemetry.lock_acquired("redis", "fallback", 0.0)
             with self.fallback.hold(name, ttl=ttl, wait=wait):
                 yield
             return
+        started = time.monotonic()
         try:
             acquired = self._acquire(key, token, ttl, wait)
         except redis.RedisError as exc:
+            self.telemetry.lock_acquired("redis", "fallback", time.monotonic() - started)
             self._down_until = time.monotonic() + self.retry_after
             if not self._warned:
                 log.warning("Redis lock unavailable (%s); using the in-process lock for %.0fs before retrying",
@@ -125,6 +138,7 @@ class RedisLocker:
             with self.fallback.hold(name, ttl=ttl, wait=wait):
                 yield
             return
+        self.telemetry.lock_acquired("redis", "acquired" if acquired else "timeout", time.monotonic() - started)
         if not acquired:
             raise LockTimeout(f"another writer holds {name!r} for more than {wait:.0f}s; try again later")
         self._warned = False
@@ -132,7 +146,11 @@ class RedisLocker:
             yield
         finally:
             try:
-                self._release(keys=[key], args=[token])
+                if not self._release(keys=[key], args=[token]):
+                    # Our token was gone: the lock expired while held (and maybe another writer took it).
+                    self.telemetry.lease_lost("place")
+                    log.warning("the lock %s expired before its holder finished (held past its %gs TTL)",
+                                name, ttl)
             except redis.RedisError as exc:  # the TTL frees it
                 log.warning("could not release lock %s (%s); it expires in %.0fs", name, exc, ttl)
 

@@ -42,6 +42,7 @@ from .layout import Place
 from .llm import LightModel
 from .locks import LocalLocker, Locker, RedisLocker, make_redis
 from .memdir import CappedText, Manifest, MemoryDir
+from .observe import Telemetry, wrap_context
 from .storage import LocalStore, ObjectStore, make_store
 
 if TYPE_CHECKING:
@@ -74,6 +75,8 @@ class MemoryServices:
     locker: Locker
     io: ThreadPoolExecutor
     work: ThreadPoolExecutor
+    #: Metrics, spans and events of memory work (``observe``); every part below records through it.
+    telemetry: Telemetry = field(default_factory=Telemetry.disabled, repr=False)
     _closed: bool = field(default=False, repr=False)
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     _shared_views: dict[str, tuple[float, Manifest, CappedText]] = field(default_factory=dict, repr=False)
@@ -91,22 +94,29 @@ class MemoryServices:
     snapshot_absent: dict[str, float] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def from_config(cls, config: MemoryConfig, *, store: ObjectStore | None = None) -> MemoryServices:
+    def from_config(cls, config: MemoryConfig, *, store: ObjectStore | None = None,
+                    telemetry: Telemetry | None = None) -> MemoryServices:
         """Build every part from ``config``. ``store`` replaces the configured store (a wrapper
-        for fault injection, or a store shared with other code); the services then own it."""
+        for fault injection, or a store shared with other code); the services then own it.
+        ``telemetry`` replaces the one built from ``config.observe`` (tests: private registry
+        and tracer provider)."""
+        telemetry = telemetry or Telemetry.from_config(config.observe)
         io = ThreadPoolExecutor(max_workers=config.store.io_threads, thread_name_prefix="hm-io")
         store = store if store is not None else make_store(config.store, executor=io)
+        store.telemetry = telemetry
         limits = config.limits
         lock_dir = store.root / ".locks" if isinstance(store, LocalStore) else None
-        local = LocalLocker(lock_dir, ttl=limits.lock_ttl_seconds, wait=limits.lock_wait_seconds)
+        local = LocalLocker(lock_dir, ttl=limits.lock_ttl_seconds, wait=limits.lock_wait_seconds,
+                            telemetry=telemetry)
         client = make_redis(config.redis)
         locker: Locker = local
         if client is not None:
             locker = RedisLocker(client, prefix=config.redis.key_prefix, ttl=limits.lock_ttl_seconds,
                                  wait=limits.lock_wait_seconds, fallback=local,
-                                 retry_after=config.redis.retry_after_seconds)
+                                 retry_after=config.redis.retry_after_seconds, telemetry=telemetry)
         work = ThreadPoolExecutor(max_workers=WORK_THREADS, thread_name_prefix="hm-work")
-        services = cls(config=config, store=store, redis=client, locker=locker, io=io, work=work)
+        services = cls(config=config, store=store, redis=client, locker=locker, io=io, work=work,
+                       telemetry=telemetry)
         _live.add(services)  # flushed at interpreter exit unless closed before
         return services
 
@@ -166,14 +176,15 @@ class MemoryServices:
 
     # -- executors ------------------------------------------------------------------------
     def submit_io(self, fn: Callable[..., T], *args: Any) -> Future[T]:
-        """Run one store-bound call in the ``io`` pool (it must not wait on other pool tasks)."""
-        return self.io.submit(fn, *args)
+        """Run one store-bound call in the ``io`` pool (it must not wait on other pool tasks);
+        the caller's context (its current span) goes along."""
+        return self.io.submit(wrap_context(fn), *args)
 
     async def run_off_loop(self, fn: Callable[..., T], *args: Any) -> T:
         """Await a blocking memory operation from an event loop (runs in the ``work`` pool)."""
         import asyncio
 
-        return await asyncio.get_running_loop().run_in_executor(self.work, lambda: fn(*args))
+        return await asyncio.get_running_loop().run_in_executor(self.work, wrap_context(lambda: fn(*args)))
 
     # -- tools ----------------------------------------------------------------------------
     def memory_tools(self, user_id: str, agent_type: str = "default") -> MemoryTools:
@@ -192,7 +203,8 @@ class MemoryServices:
                 self._tools.move_to_end(key)
                 return tools
         tools = MemoryTools(self.user_agent_dir(user_id, agent_type), self.shared_agent_dir(agent_type),
-                            shared_writable=self.config.agent.shared_write, executor=self.work)
+                            shared_writable=self.config.agent.shared_write, executor=self.work,
+                            telemetry=self.telemetry)
         with self._lock:
             self._tools[key] = tools
             while len(self._tools) > TOOLS_CACHE_SIZE:
@@ -222,7 +234,7 @@ class MemoryServices:
         Built once so its HTTP clients and counters are shared."""
         with self._lock:
             if not self._light_made:
-                self._light = LightModel.from_config(self.config.model)
+                self._light = LightModel.from_config(self.config.model, telemetry=self.telemetry)
                 self._light_made = True
             return self._light
 
@@ -234,7 +246,7 @@ class MemoryServices:
         with self._lock:
             if not self._extraction_made:
                 cfg = self.config.model.model_copy(update={"light_model": self.config.auto.model})
-                self._extraction = LightModel.from_config(cfg)
+                self._extraction = LightModel.from_config(cfg, telemetry=self.telemetry)
                 self._extraction_made = True
             return self._extraction
 

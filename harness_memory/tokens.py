@@ -37,7 +37,11 @@ class _Encoding(Protocol):
 
 
 def _load_encoding() -> _Encoding:
-    """Load the tiktoken encoding (may download; runs in the loader thread only)."""
+    """Load the tiktoken encoding (may download unless ``HARNESS_MEMORY_TIKTOKEN`` is ``offline``
+    or ``off``: ``tokens_cache``; runs in the loader thread only)."""
+    from .tokens_cache import check_loadable
+
+    check_loadable()
     import tiktoken
 
     return tiktoken.get_encoding(ENCODING_NAME)
@@ -85,8 +89,9 @@ class _Loader:
         try:
             encoding = self._load()
         except Exception as exc:  # any failure: network, cache, missing package
-            logger.warning("tiktoken unavailable (%s); using a character estimate for %.0f s",
-                           exc, RETRY_AFTER_SECONDS)
+            level = logging.INFO if type(exc).__name__ == "TiktokenDisabled" else logging.WARNING
+            logger.log(level, "tiktoken unavailable (%s); using a character estimate for %.0f s",
+                       exc, RETRY_AFTER_SECONDS)
             with self._lock:
                 self._failed_at = time.monotonic()
                 self._done = None

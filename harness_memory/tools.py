@@ -31,6 +31,7 @@ from .errors import (
     StorageUnavailable,
 )
 from .memdir import FRONTMATTER_EXAMPLE, MemoryDir
+from .observe import DISABLED, Telemetry, wrap_context
 
 log = logging.getLogger(__name__)
 SHARED_PREFIX = "shared/"
@@ -45,7 +46,8 @@ def _friendly(action: str) -> Callable[[Callable[..., str]], Callable[..., str]]
         @functools.wraps(fn)
         def inner(*args: Any, **kwargs: Any) -> str:
             try:
-                return fn(*args, **kwargs)
+                with args[0].telemetry.tool_call(fn.__name__, args[0].own.place):  # outcome from the exception
+                    return fn(*args, **kwargs)
             except InvalidName as exc:
                 return f"Error: {exc}."
             except MemoryFormatError as exc:
@@ -75,9 +77,12 @@ class MemoryTools(Toolkit):
     """Agent-facing file tools over a user's memory place (and, read-only, the shared one)."""
 
     def __init__(self, own: MemoryDir, shared: MemoryDir | None = None, *, shared_writable: bool = False,
-                 name: str = "memory_tools", executor: Executor | None = None) -> None:
+                 name: str = "memory_tools", executor: Executor | None = None,
+                 telemetry: Telemetry = DISABLED) -> None:
         #: Runs the async twins' blocking work (the services' ``work`` pool; None: asyncio's default).
         self.executor = executor
+        #: Records every tool call (metrics by tool and outcome, a span, an event).
+        self.telemetry = telemetry
         self.own = own
         self.shared = shared
         self.shared_writable = shared_writable
@@ -200,7 +205,7 @@ class MemoryTools(Toolkit):
     # -- async twins ----------------------------------------------------------------------
     async def _in_pool(self, fn: Callable[..., str], *args: Any) -> str:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.executor, lambda: fn(*args))
+        return await loop.run_in_executor(self.executor, wrap_context(lambda: fn(*args)))
 
     async def asave_file(self, file_name: str, content: str) -> str:
         return await self._in_pool(self.save_file, file_name, content)

@@ -11,9 +11,11 @@ reads the user's and the shared auto place's manifests and renders the reminder 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import re
+import threading
 import time
 import uuid
 from collections import deque
@@ -79,6 +81,9 @@ class AutoMemory:
         self.results: deque[UpdateResult] = deque(maxlen=100)
         self._closed = False
         self._shared_cache: tuple[float, AutoView] | None = None
+        self._metrics_seen = QueueStats()
+        self._metrics_lock = threading.Lock()
+        services.telemetry.add_refresher(self._sync_queue_metrics)
 
     # -- write path -----------------------------------------------------------------------------
     def make_post_hook(self, agent_type: str = "default") -> AutoMemoryHook:
@@ -115,6 +120,8 @@ class AutoMemory:
             return
         self._closed = True
         self.worker.close(self.config.shutdown_flush_seconds if timeout is None else timeout)
+        self._sync_queue_metrics()
+        self.services.telemetry.remove_refresher(self._sync_queue_metrics)
 
     def forget_user(self, user_id: str) -> int:
         """Drop the user's queued updates so a "forget everything" is not undone a moment later
@@ -262,9 +269,37 @@ class AutoMemory:
 
     def _process(self, batch: Batch) -> bool:
         place = AutoPlace(self.services.user_auto_dir(batch.key.user_id))
-        result = self.updater.run(place, batch)
+        telemetry = self.services.telemetry
+        with telemetry.extraction(batch.key.user_id, batch.key.session_id) as op:
+            result = self.updater.run(place, batch)
+            op.outcome = _outcome(result)
+        if result.report is not None:
+            r = result.report
+            telemetry.auto_facts({"added": len(r.added), "merged": len(r.refreshed), "removed": len(r.removed),
+                                  "trimmed": len(r.trimmed), "dropped_low_confidence": r.dropped_low_confidence,
+                                  "dropped_scrubbed": r.dropped_scrubbed})
         self.results.append(result)
+        self._sync_queue_metrics()
         return result.status is not UpdateStatus.RETRY
+
+    def _sync_queue_metrics(self) -> None:
+        """Bring the queue metrics up to date: the depth, and the queue's counters since last time
+        (read from ``QueueStats``, so the queue itself needs no telemetry). Called after each batch
+        and before each exposition — not on capture, which is on the user's run."""
+        if self.services.telemetry.metrics is None:
+            return
+        with self._metrics_lock:
+            now = dataclasses.replace(self.worker.stats)
+            seen, self._metrics_seen = self._metrics_seen, now
+        delta = {f.name: getattr(now, f.name) - getattr(seen, f.name) for f in dataclasses.fields(now)}
+        self.services.telemetry.auto_queue(self.worker.pending_count(), delta)
+
+
+def _outcome(result: UpdateResult) -> str:
+    """The extraction metric's outcome: applied, skipped, unusable (answer not usable) or model_failed."""
+    if result.status is UpdateStatus.RETRY:
+        return "unusable" if result.reason == "unusable answer" else "model_failed"
+    return result.status.value
 
 
 def _checked(content: object, category: object, confidence: object, source_error: object) -> NewFact:

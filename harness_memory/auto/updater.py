@@ -282,14 +282,16 @@ class Updater:
         messages = build_messages(snapshot, unseen, batch.signals, threshold=cfg.fact_confidence_threshold,
                                   today=self._today(), max_conversation_tokens=cfg.max_conversation_tokens)
         try:
-            answer = model.complete(messages, json_mode=True, max_tokens=cfg.max_output_tokens)
+            answer = model.complete(messages, json_mode=True, max_tokens=cfg.max_output_tokens,
+                                    purpose="extraction")
         except LLMError as exc:
             log.warning("auto-memory extraction for %s failed (%s); will retry", batch.key, exc)
             return UpdateResult(UpdateStatus.RETRY, batch.key, len(unseen), reason=str(exc))
         plan = parse_answer(answer.text)
         if plan is None:
-            log.warning("auto-memory extraction for %s: unusable answer, nothing changed: %.200r",
-                        batch.key, answer.text)
+            log.warning("auto-memory extraction for %s: unusable answer (%d chars), nothing changed",
+                        batch.key, len(answer.text))
+            log.debug("unusable extraction answer: %.200r", answer.text)
             return UpdateResult(UpdateStatus.RETRY, batch.key, len(unseen), reason="unusable answer",
                                 prompt_tokens=answer.prompt_tokens, completion_tokens=answer.completion_tokens)
         rules = ApplyRules(threshold=cfg.fact_confidence_threshold, max_facts=cfg.max_facts)

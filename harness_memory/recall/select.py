@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import unicodedata
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..llm import LightModel, LLMError, extract_json
@@ -144,6 +144,7 @@ def find_relevant_memories(
     timeout: float = 8.0,
     max_candidates: int = 200,
     model_above: int = 0,
+    on_path: Callable[[str], None] | None = None,
 ) -> list[str]:
     """At most ``max_files`` (≤ 5) file names of ``manifest`` relevant to ``query``, best first.
 
@@ -152,6 +153,8 @@ def find_relevant_memories(
     Never raises for a model failure: the lexical ranking answers instead. The model is only asked
     when more than ``model_above`` memories are candidates: choosing among a handful is not worth a
     model call (the lexical ranking returns only files that share words with the query).
+    ``on_path`` is told which path answered: ``model``, ``lexical`` or ``fallback`` (the model
+    was asked but failed or answered unusably, so the lexical ranking answered).
     """
     max_files = max(1, min(int(max_files), MAX_FILES))
     surfaced = frozenset(already_surfaced)
@@ -163,7 +166,13 @@ def find_relevant_memories(
         picked = _ask_model(query, entries, surfaced, manifest.entries, model, max_files, timeout,
                             max_candidates)
         if picked is not None:
+            if on_path is not None:
+                on_path("model")
             return [f for f in picked if f not in surfaced][:max_files]
+        if on_path is not None:
+            on_path("fallback")
+    elif on_path is not None:
+        on_path("lexical")
     return [s.file for s in lexical_rank(query, entries, k=max_files, exclude=surfaced, bodies=bodies)]
 
 
@@ -174,13 +183,13 @@ def _ask_model(query: str, entries: list[ManifestEntry], surfaced: frozenset[str
     shown = candidate_entries(query, entries, max_candidates, surfaced)
     try:
         result = model.complete(build_messages(query, shown, max_files), json_mode=True,
-                                max_tokens=ANSWER_MAX_TOKENS, timeout=timeout)
+                                max_tokens=ANSWER_MAX_TOKENS, timeout=timeout, purpose="recall")
     except LLMError as exc:
         log.info("recall: light model unavailable (%s); using lexical ranking", exc)
         return None
     names = _answer_names(extract_json(result.text))
     if names is None:
-        log.info("recall: light model answer has no file list (%.120r); using lexical ranking", result.text)
+        log.info("recall: light model answer has no file list (%d chars); using lexical ranking", len(result.text))
         return None
     picked = resolve_names(names, known)
     invented = len(names) - len(picked)

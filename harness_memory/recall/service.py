@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from ..memdir import Manifest, MemoryDir
 from ..services import MemoryServices
@@ -68,6 +69,14 @@ def recall(
 
     Raises on store errors (``recall_for_query`` is the never-raising wrapper).
     """
+    with services.telemetry.recall(user_id, session_id) as op:
+        result = _recall(services, user_id, agent_type, query, session_id, manifest, op)
+        op.outcome = "hit" if result.files else "empty"
+        return result
+
+
+def _recall(services: MemoryServices, user_id: str, agent_type: str, query: str, session_id: str | None,
+            manifest: Manifest | None, op: Any) -> RecallResult:
     cfg = services.config.recall
     if not cfg.enabled or not query or not query.strip():
         return EMPTY
@@ -84,7 +93,8 @@ def recall(
     model = services.light_model() if cfg.use_model else None
     chosen = find_relevant_memories(query, combined, already_surfaced=surfaced, model=model,
                                     max_files=cfg.max_files, timeout=cfg.model_timeout,
-                                    max_candidates=cfg.max_candidates, model_above=cfg.model_above)
+                                    max_candidates=cfg.max_candidates, model_above=cfg.model_above,
+                                    on_path=lambda path: setattr(op, "path", path))
     if not chosen:
         return EMPTY
     text, rendered = load_recalled(own, chosen, config=cfg, shared=shared, entries=combined.entries,

@@ -2,7 +2,7 @@
 
 Paths (``{user_id}`` may be ``me``; the caller rules are in ``auth``)::
 
-    GET    /health/live | /health/ready | /config
+    GET    /health/live | /health/ready | /config | /metrics
     POST   /agents/{agent_type}/runs
     P = /users/{user_id}/agents/{agent_type}/memory      the user's agent memory
         /users/{user_id}/projects/{project}/memory       the user's auto memory
@@ -33,6 +33,7 @@ from .errors import MemoryRoute, error_body, install_error_handlers
 from .routes.facts import add_facts_routes
 from .routes.files import add_place_routes
 from .routes.health import add_health_routes
+from .routes.metrics import add_metrics_routes
 from .routes.runs import add_run_routes
 from .routes.sessions import add_session_routes
 from .routes.snapshots import add_snapshot_routes
@@ -55,6 +56,7 @@ def add_routes(router: APIRouter, ctx: ServerContext) -> None:
 
     Routes are added directly, not through nested routers: FastAPI builds each route once."""
     add_health_routes(router, ctx)
+    add_metrics_routes(router, ctx)
     add_run_routes(router, ctx)
     places = (
         ("/users/{user_id}/agents/{agent_type}/memory", ctx.user_agent_dir_dep(), "agent memory"),

@@ -36,6 +36,7 @@ from ..config import SessionConfig
 from ..errors import ObjectNotFound, PreconditionFailed, StorageError
 from ..layout import session_summary_key
 from ..llm import LLMError, LLMResult
+from ..observe import DISABLED, Telemetry
 from ..storage import ObjectStore
 from .buffer import SessionBuffer
 from .cache import CachedSummary, SummaryCache
@@ -68,7 +69,8 @@ class SummaryModel(Protocol):
     """What a summary needs from a model (``LightModel`` fits)."""
 
     def complete(self, messages: list[dict[str, Any]], *, json_mode: bool = False,
-                 max_tokens: int | None = None, timeout: float | None = None) -> LLMResult: ...
+                 max_tokens: int | None = None, timeout: float | None = None,
+                 purpose: str = "other") -> LLMResult: ...
 
 
 def extraction_due(state: SessionState | None, cfg: SessionConfig, now: float) -> bool:
@@ -93,7 +95,8 @@ def extraction_due(state: SessionState | None, cfg: SessionConfig, now: float) -
 
 class Summariser:
     def __init__(self, store: ObjectStore, buffer: SessionBuffer, cache: SummaryCache, cfg: SessionConfig,
-                 *, key_prefix: str, clock: Callable[[], float] = time.time) -> None:
+                 *, key_prefix: str, clock: Callable[[], float] = time.time,
+                 telemetry: Telemetry = DISABLED) -> None:
         self.store = store
         self.buffer = buffer
         self.cache = cache
@@ -102,6 +105,7 @@ class Summariser:
         self.clock = clock
         self.model_calls = 0
         self.failures = 0
+        self.telemetry = telemetry
 
     def key(self, session_id: str) -> str:
         return session_summary_key(session_id, self.key_prefix)
@@ -149,7 +153,7 @@ class Summariser:
         prompt = summary_messages(previous.text if previous else None, chosen, self.cfg.summary_max_chars)
         self.model_calls += 1
         try:
-            answer = model.complete(prompt, max_tokens=max(256, self.cfg.summary_max_chars // 2))
+            answer = model.complete(prompt, max_tokens=max(256, self.cfg.summary_max_chars // 2), purpose="summary")
             doc = parse_summary(answer.text).merged_over(prev_doc)
         except (LLMError, SummaryRejected) as exc:
             return self._failed(session_id, batch, f"{type(exc).__name__}: {exc}")
@@ -161,6 +165,7 @@ class Summariser:
         stored = StoredSummary(session_id, text, version, utc_now(), covered)
         try:
             if not self.buffer.holds(session_id, token):
+                self.telemetry.lease_lost("session")
                 return self._failed(session_id, batch, "the summary lock expired before the summary was "
                                     "stored (raise session.lock_ttl_seconds)")
             self._write(session_id, stored, previous)

@@ -33,6 +33,7 @@ from ..config import RedisConfig, SessionConfig
 from ..errors import StorageError
 from ..layout import validate_id
 from ..llm import warn_no_light_model
+from ..observe import DISABLED, Telemetry
 from ..storage import ObjectStore
 from ..tokens import MESSAGE_OVERHEAD_TOKENS, count_tokens
 from .buffer import SessionBuffer
@@ -81,8 +82,10 @@ class SessionMemoryManager:
         key_prefix: str = "memory/",
         clock: Callable[[], float] = time.time,
         executor: Executor | None = None,
+        telemetry: Telemetry = DISABLED,
     ) -> None:
         self.cfg = config or SessionConfig()
+        self.telemetry = telemetry
         rcfg = redis_config or RedisConfig()
         self.store = store
         self.model = model
@@ -91,7 +94,7 @@ class SessionMemoryManager:
                                     retry_after_seconds=rcfg.retry_after_seconds, clock=clock)
         self.cache = SummaryCache(self.cfg.lru_size)
         self.summariser = Summariser(store, self.buffer, self.cache, self.cfg, key_prefix=key_prefix,
-                                     clock=clock)
+                                     clock=clock, telemetry=telemetry)
         self.stats = ManagerStats()
         self._worker = BackgroundWorker(self._collect_and_schedule, self._background_extract,
                                         queue_max=self.cfg.queue_max, workers=self.cfg.extract_workers)
@@ -112,7 +115,8 @@ class SessionMemoryManager:
     def from_services(cls, services: MemoryServices) -> SessionMemoryManager:
         cfg = services.config
         return cls(services.store, config=cfg.session, redis_client=services.redis, redis_config=cfg.redis,
-                   model=services.light_model(), key_prefix=cfg.store.key_prefix, executor=services.work)
+                   model=services.light_model(), key_prefix=cfg.store.key_prefix, executor=services.work,
+                   telemetry=services.telemetry)
 
     @property
     def mode(self) -> str:
@@ -172,6 +176,7 @@ class SessionMemoryManager:
             state = self._collect(session_id, entries)
         except Exception as exc:
             self.stats.collect_errors += 1
+            self.telemetry.session_collected("failed", len(entries))
             log.warning("session memory: could not buffer %d message(s) of session %s: %s",
                         len(entries), session_id, exc)
             return
@@ -184,6 +189,7 @@ class SessionMemoryManager:
                                     ttl=self.cfg.ttl_seconds)
         self.stats.runs += 1
         self.stats.messages += len(entries)
+        self.telemetry.session_collected("ok", len(entries))
         return state
 
     def _model_ready(self) -> bool:
@@ -226,11 +232,14 @@ class SessionMemoryManager:
         if use is None:
             self._model_ready()
             return ExtractionResult(ExtractStatus.NO_MODEL, session_id, error="no light model configured")
-        try:
-            return self.summariser.extract(session_id, use, force=force)
-        except Exception as exc:  # a Redis bug / unexpected error: report, never raise
-            log.warning("session %s: summary attempt failed unexpectedly: %s", session_id, exc)
-            return ExtractionResult(ExtractStatus.FAILED, session_id, error=f"{type(exc).__name__}: {exc}")
+        with self.telemetry.summary(session_id) as op:
+            try:
+                result = self.summariser.extract(session_id, use, force=force)
+            except Exception as exc:  # a Redis bug / unexpected error: report, never raise
+                log.warning("session %s: summary attempt failed unexpectedly: %s", session_id, exc)
+                result = ExtractionResult(ExtractStatus.FAILED, session_id, error=f"{type(exc).__name__}: {exc}")
+            op.outcome = result.status.value.replace("-", "_")
+            return result
 
     def get_summary_sync(self, session_id: str) -> str | None:
         """The session's summary: this pod's cache when it is current, else the object store.

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..errors import ObjectNotFound
+from ..observe import DISABLED, Telemetry, wrap_context
 
 T = TypeVar("T")
 
@@ -48,6 +50,21 @@ class DeleteFailure:
     message: str
 
 
+def observed(op: str) -> Callable[[Callable[..., T]], Callable[..., T]]:
+    """Record each call of a store method as one request ``op`` (for backends whose methods are
+    one request each, like ``LocalStore``; ``CosStore`` records in its per-request ``_call``)."""
+
+    def wrap(fn: Callable[..., T]) -> Callable[..., T]:
+        @functools.wraps(fn)
+        def inner(self: ObjectStore, *args: Any, **kwargs: Any) -> T:
+            with self.telemetry.store_request(op):
+                return fn(self, *args, **kwargs)
+
+        return inner
+
+    return wrap
+
+
 class ObjectStore(ABC):
     """Keys are ``/``-separated strings starting with the configured prefix (``memory/``).
 
@@ -59,6 +76,8 @@ class ObjectStore(ABC):
     supports_conditional_put: bool = False
     #: Counts requests sent to the backend (benchmarks read it).
     request_count: int = 0
+    #: Records each request (metrics, span, event); ``MemoryServices`` sets its own.
+    telemetry: Telemetry = DISABLED
 
     def __init__(self, io_threads: int = 16, executor: concurrent.futures.Executor | None = None) -> None:
         """``executor`` runs the async twins (the services' ``io`` pool, which then owns it); without
@@ -135,7 +154,7 @@ class ObjectStore(ABC):
     # -- async twins ----------------------------------------------------------------------
     async def _run(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, lambda: fn(*args, **kwargs))
+        return await loop.run_in_executor(self._pool, wrap_context(lambda: fn(*args, **kwargs)))
 
     async def aget(self, key: str) -> StoredObject:
         return await self._run(self.get, key)

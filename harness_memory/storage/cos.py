@@ -51,6 +51,8 @@ Condition = Literal["absent", "match"] | None
 #: The S3/COS limit of keys per DeleteObjects request and per LIST page.
 BATCH = 1000
 _NETWORK_ERRORS = (requests.RequestException, urllib3.exceptions.HTTPError, OSError)
+#: ``_call``'s action words -> the store-request metric's ``op`` label.
+_OPS = {"read": "get", "look up": "head", "list": "list", "write": "put", "delete": "delete"}
 
 
 class _DropSdkErrorLogs(logging.Filter):
@@ -235,14 +237,15 @@ class CosStore(ObjectStore):
         """Run one SDK call (one request, plus the SDK's own retries) and map its errors."""
         with self._count_lock:
             self.request_count += 1
-        try:
-            return fn()
-        except CosServiceError as exc:
-            raise self._service_error(exc, action, key, cond) from exc
-        except CosClientError as exc:
-            raise self._client_error(str(exc), action, key, exc.__context__) from exc
-        except _NETWORK_ERRORS as exc:  # raised while reading a body, outside the SDK
-            raise self._client_error(str(exc), action, key, exc) from exc
+        with self.telemetry.store_request(f"put_if_{cond}" if cond else _OPS.get(action, action)):
+            try:
+                return fn()
+            except CosServiceError as exc:
+                raise self._service_error(exc, action, key, cond) from exc
+            except CosClientError as exc:
+                raise self._client_error(str(exc), action, key, exc.__context__) from exc
+            except _NETWORK_ERRORS as exc:  # raised while reading a body, outside the SDK
+                raise self._client_error(str(exc), action, key, exc) from exc
 
     def _service_error(self, exc: CosServiceError, action: str, key: str, cond: Condition) -> StorageError:
         status = int(exc.get_status_code() or 0)

@@ -21,7 +21,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from ..errors import AccessDenied, InvalidName, ObjectNotFound, PreconditionFailed, StorageError
-from .base import ObjectInfo, ObjectStore, StoredObject
+from .base import ObjectInfo, ObjectStore, StoredObject, observed
 from .keys import validate_key
 
 TMP_MARK = ".hm-tmp-"
@@ -66,6 +66,7 @@ class LocalStore(ObjectStore):
         return FileLock(str(lock_dir / f"key-{stripe}.lock"), timeout=30)
 
     # -- reads ----------------------------------------------------------------------------
+    @observed("get")
     def get(self, key: str) -> StoredObject:
         path = self.path_for(key)
         self.request_count += 1
@@ -87,6 +88,7 @@ class LocalStore(ObjectStore):
         obj = self.get(key)
         return ObjectInfo(key, len(obj.data), obj.etag, obj.last_modified)
 
+    @observed("list")
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         if not prefix.startswith(self.key_prefix):
             return iter(())
@@ -118,6 +120,7 @@ class LocalStore(ObjectStore):
         return iter(found)
 
     # -- writes ---------------------------------------------------------------------------
+    @observed("put")
     def put(self, key: str, data: bytes, *, content_type: str | None = None) -> str:
         path = self.path_for(key)
         self.request_count += 1
@@ -125,6 +128,7 @@ class LocalStore(ObjectStore):
             _atomic_write(path, data, key)
         return _etag(data)
 
+    @observed("put_if_absent")
     def put_if_absent(self, key: str, data: bytes, *, content_type: str | None = None) -> str:
         path = self.path_for(key)
         self.request_count += 1
@@ -134,6 +138,7 @@ class LocalStore(ObjectStore):
             _atomic_write(path, data, key)
         return _etag(data)
 
+    @observed("put_if_match")
     def put_if_match(
         self, key: str, data: bytes, etag: str, *, content_type: str | None = None
     ) -> str:
@@ -149,6 +154,7 @@ class LocalStore(ObjectStore):
             _atomic_write(path, data, key)
         return _etag(data)
 
+    @observed("delete")
     def delete(self, key: str) -> None:
         path = self.path_for(key)
         self.request_count += 1

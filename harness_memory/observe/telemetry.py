@@ -1,0 +1,346 @@
+"""``Telemetry``: the one observability object of a ``MemoryServices`` (metrics, spans, events).
+
+Why one object passed down (not module-level metrics): the composition root decides what is on
+(config ``observe.*``, installed extras, a test's private registry and tracer provider), and
+every layer records through the object it was given. A layer built without one gets
+``Telemetry.disabled()``, whose calls cost a method call and nothing else.
+
+Usage at a seam is one ``with`` block (or one call)::
+
+    with self.telemetry.store_request("get"):      # span + counter + histogram (+ event)
+        ...                                         # an exception sets the outcome and is re-raised
+
+    with telemetry.llm_call("summary") as call:
+        ...; call.tokens(prompt, completion)
+
+``op.outcome = "…"`` inside the block overrides the outcome (default ``ok``, or the class of the
+exception that left the block: ``not_found``, ``conflict``, ``unavailable``, ``denied``,
+``invalid``, ``lock_timeout``, ``timeout``, ``error``). Nothing here raises into the caller:
+telemetry failing must never fail memory work.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .logs import EventLog, hash_user, install_json_logging, redact
+from .metrics import Metrics, make_metrics
+from .tracing import Tracer, make_tracer
+
+if TYPE_CHECKING:
+    from ..config import ObserveConfig
+
+log = logging.getLogger(__name__)
+
+#: Exception class name (anywhere in the MRO) -> outcome label. By name, so this low layer
+#: needs no import of the layers whose errors it names.
+_OUTCOMES = {
+    "ObjectNotFound": "not_found", "FactNotFound": "not_found", "PreconditionFailed": "conflict",
+    "StorageUnavailable": "unavailable", "AccessDenied": "denied", "InvalidName": "invalid",
+    "MemoryFormatError": "invalid", "LockTimeout": "lock_timeout", "LLMTimeout": "timeout",
+    "LLMError": "model_error", "StorageError": "store_error", "TimeoutError": "timeout",
+}
+#: Outcomes that are normal answers, not failures (a span is not marked as an error for them).
+QUIET_OUTCOMES = frozenset({"ok", "not_found", "conflict", "invalid", "hit", "empty", "extracted", "busy",
+                            "not_due", "nothing_new", "no_model", "applied", "skipped"})
+
+
+def classify(exc: BaseException) -> str:
+    """The outcome label of an exception (``error`` for anything unknown)."""
+    for cls in type(exc).__mro__:
+        found = _OUTCOMES.get(cls.__name__)
+        if found is not None:
+            return found
+    return "error"
+
+
+class Op:
+    """One observed piece of work (returned by ``Telemetry``'s context-manager methods)."""
+
+    __slots__ = ("_cm", "_fields", "_span", "_start", "_t", "kind", "label", "outcome", "path")
+
+    def __init__(self, telemetry: Telemetry, kind: str, label: str, fields: dict[str, Any] | None) -> None:
+        self._t = telemetry
+        self.kind = kind
+        self.label = label
+        self._fields = fields
+        self.outcome: str | None = None
+        self.path: str | None = None
+        self._cm: Any = None
+        self._span: Any = None
+        self._start = 0.0
+
+    def __enter__(self) -> Op:
+        tracer = self._t.tracer
+        if tracer is not None and tracer.enabled():
+            try:
+                self._cm, self._span = tracer.start(_SPAN_NAMES[self.kind] + self.label,
+                                                    self._t.span_attributes(self.kind, self.label, self._fields))
+            except Exception as exc:  # a broken tracer must not break memory work
+                log.debug("span not started: %s", exc)
+                self._cm = None
+        self._start = time.perf_counter()
+        return self
+
+    def tokens(self, prompt: int, completion: int) -> None:
+        """Tokens a model call spent (light-model calls)."""
+        metrics = self._t.metrics
+        if metrics is not None:
+            metrics.child(metrics.llm_tokens, self.label, "prompt").inc(prompt)
+            metrics.child(metrics.llm_tokens, self.label, "completion").inc(completion)
+        if self._span is not None:
+            self._span.set_attribute("gen_ai.usage.input_tokens", prompt)
+            self._span.set_attribute("gen_ai.usage.output_tokens", completion)
+
+    def __exit__(self, et: Any, ev: BaseException | None, tb: Any) -> None:
+        seconds = time.perf_counter() - self._start
+        outcome = self.outcome or (classify(ev) if ev is not None else "ok")
+        try:
+            self._t.record(self, outcome, seconds)
+        except Exception as exc:
+            log.debug("telemetry not recorded: %s", exc)
+        if self._cm is not None:
+            try:
+                self._t.tracer.finish(self._cm, self._span, outcome, ev,  # type: ignore[union-attr]
+                                      outcome not in QUIET_OUTCOMES)
+            except Exception as exc:
+                log.debug("span not finished: %s", exc)
+
+
+class _NullOp:
+    """The ``Op`` of disabled telemetry: every call does nothing."""
+
+    __slots__ = ()
+    outcome = None
+    path = None
+
+    def __enter__(self) -> _NullOp:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def __setattr__(self, name: str, value: object) -> None:
+        return None
+
+    def tokens(self, prompt: int, completion: int) -> None:
+        return None
+
+
+NULL_OP = _NullOp()
+_SPAN_NAMES = {"store": "memory.store.", "tool": "memory.tool.", "llm": "memory.llm.", "summary": "memory.summary",
+               "extraction": "memory.extraction", "recall": "memory.recall", "build": "memory.build"}
+_EVENTS = {"store": ("store.request", logging.DEBUG), "tool": ("tool.call", logging.INFO),
+           "llm": ("llm.call", logging.DEBUG), "summary": ("session.summary", logging.INFO),
+           "extraction": ("auto.extraction", logging.INFO), "recall": ("recall", logging.INFO),
+           "build": ("agent.build", logging.DEBUG)}
+
+
+class Telemetry:
+    """Metrics (prometheus_client), spans (OpenTelemetry) and events (JSON logs) for memory work.
+
+    ``registry`` / ``tracer_provider``: private ones (tests, apps with several); default a new
+    private registry and the global tracer provider. Parts whose package is missing are off."""
+
+    def __init__(self, *, metrics: bool = True, tracing: bool = True, events: bool = False,
+                 registry: Any | None = None, tracer_provider: Any | None = None) -> None:
+        self.metrics: Metrics | None = make_metrics(registry) if metrics else None
+        self.tracer: Tracer | None = make_tracer(tracer_provider) if tracing else None
+        self.events: EventLog | None = EventLog() if events else None
+        self.active = self.metrics is not None or self.tracer is not None or self.events is not None
+        self._refreshers: list[Callable[[], None]] = []
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_config(cls, cfg: ObserveConfig) -> Telemetry:
+        json_logs = cfg.log_format == "json"
+        if json_logs:
+            install_json_logging()
+        return cls(metrics=cfg.metrics, tracing=cfg.tracing, events=json_logs)
+
+    @classmethod
+    def disabled(cls) -> Telemetry:
+        return cls(metrics=False, tracing=False, events=False)
+
+    def __deepcopy__(self, memo: dict[int, object]) -> Telemetry:
+        return self  # shared by every agent of the services
+
+    # -- observed work (context managers) ---------------------------------------------------------
+    def _op(self, kind: str, label: str, fields: dict[str, Any] | None) -> Op | _NullOp:
+        return Op(self, kind, label, fields) if self.active else NULL_OP
+
+    def store_request(self, op: str) -> Op | _NullOp:
+        """One object-store request (``get``, ``head``, ``put``, ``put_if_absent``, ``put_if_match``,
+        ``delete``, ``delete_many``, ``list``)."""
+        return self._op("store", op, None)
+
+    def tool_call(self, tool: str, place: Any = None) -> Op | _NullOp:
+        """One memory tool call; ``place`` (a ``Place``) goes to events and spans, user hashed."""
+        return self._op("tool", tool, {"place": place} if place is not None else None)
+
+    def llm_call(self, purpose: str) -> Op | _NullOp:
+        """One light-model call (``summary``, ``extraction``, ``recall``, ``doctor``, ``other``)."""
+        return self._op("llm", purpose, None)
+
+    def summary(self, session_id: str) -> Op | _NullOp:
+        """One session-summary attempt; set ``outcome`` to the result's status."""
+        return self._op("summary", "", {"session": session_id})
+
+    def extraction(self, user_id: str, session_id: str) -> Op | _NullOp:
+        """One auto-memory batch; set ``outcome`` (applied, skipped, model_failed, unusable)."""
+        return self._op("extraction", "", {"user": user_id, "session": session_id})
+
+    def recall(self, user_id: str, session_id: str | None) -> Op | _NullOp:
+        """One recall; set ``path`` and ``outcome`` (hit, empty; error from an exception)."""
+        return self._op("recall", "", {"user": user_id, "session": session_id})
+
+    def build(self, user_id: str, agent_type: str, session_id: str | None) -> Op | _NullOp:
+        """Wiring memory into one agent (prompt, tools, hooks)."""
+        return self._op("build", "", {"user": user_id, "agent_type": agent_type, "session": session_id})
+
+    # -- plain events -----------------------------------------------------------------------------
+    def lock_acquired(self, backend: str, outcome: str, waited: float) -> None:
+        """A place-lock attempt: ``backend`` redis / local, ``outcome`` acquired / timeout / fallback."""
+        if self.metrics is not None:
+            self.metrics.child(self.metrics.lock_acquisitions, backend, outcome).inc()
+            self.metrics.child(self.metrics.lock_wait, backend).observe(waited)
+        if self.events is not None and (outcome != "acquired" or waited > 0.1):
+            self.events.emit("lock.wait", backend=backend, outcome=outcome, duration_ms=round(waited * 1000, 2))
+
+    def lease_lost(self, lock: str) -> None:
+        """A lock (``place`` or ``session``) had expired when its holder finished."""
+        if self.metrics is not None:
+            self.metrics.child(self.metrics.lock_leases_lost, lock).inc()
+        if self.events is not None:
+            self.events.emit("lock.lease_lost", logging.WARNING, lock=lock, outcome="lost")
+
+    def session_collected(self, outcome: str, messages: int) -> None:
+        """One run's messages appended to the session buffer (or failed to)."""
+        if self.metrics is not None:
+            self.metrics.child(self.metrics.session_collects, outcome).inc()
+            if outcome == "ok":
+                self.metrics.session_messages.inc(messages)
+
+    def auto_queue(self, depth: int | None = None, events: dict[str, int] | None = None) -> None:
+        """The auto-memory queue's depth and new queue events (``{"merged": 2, …}``)."""
+        if self.metrics is None:
+            return
+        if depth is not None:
+            self.metrics.auto_queue_depth.set(depth)
+        for name, count in (events or {}).items():
+            if count > 0:
+                self.metrics.child(self.metrics.auto_batches, name).inc(count)
+
+    def auto_facts(self, changes: dict[str, int]) -> None:
+        """Fact changes of one applied extraction (``{"added": 2, "merged": 1, …}``)."""
+        if self.metrics is None:
+            return
+        for change, count in changes.items():
+            if count > 0:
+                self.metrics.child(self.metrics.auto_facts, change).inc(count)
+
+    # -- exposition -------------------------------------------------------------------------------
+    def add_refresher(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` before every exposition (it brings gauges and counters read from state up to date)."""
+        with self._lock:
+            self._refreshers.append(fn)
+
+    def remove_refresher(self, fn: Callable[[], None]) -> None:
+        with self._lock:
+            if fn in self._refreshers:
+                self._refreshers.remove(fn)
+
+    def refresh(self) -> None:
+        """Run the refreshers (before an exposition)."""
+        with self._lock:
+            refreshers = list(self._refreshers)
+        for fn in refreshers:
+            try:
+                fn()
+            except Exception as exc:
+                log.debug("metrics refresher failed: %s", exc)
+
+    def render(self, accept: str | None = None) -> tuple[bytes, str]:
+        """(body, content type) for ``GET /metrics``; raises RuntimeError when metrics are off."""
+        if self.metrics is None:
+            raise RuntimeError("metrics are off: install the metrics extra (pip install "
+                               "'harness-memory[metrics]') and keep observe.metrics on")
+        self.refresh()
+        return self.metrics.render(accept)
+
+    # -- recording (called by Op) -----------------------------------------------------------------
+    def span_attributes(self, kind: str, label: str, fields: dict[str, Any] | None) -> dict[str, Any]:
+        attrs: dict[str, Any] = {"harness_memory.kind": kind}
+        if label:
+            attrs["harness_memory.op"] = label
+        for key, value in _public_fields(fields).items():
+            attrs[f"harness_memory.{key}"] = value
+        return attrs
+
+    def record(self, op: Op, outcome: str, seconds: float) -> None:
+        m = self.metrics
+        kind, label = op.kind, op.label
+        if m is not None:
+            if kind == "store":
+                m.child(m.store_requests, label, outcome).inc()
+                m.child(m.store_seconds, label).observe(seconds)
+            elif kind == "tool":
+                m.child(m.tool_calls, label, outcome).inc()
+                m.child(m.tool_seconds, label).observe(seconds)
+            elif kind == "llm":
+                m.child(m.llm_calls, label, outcome).inc()
+                m.child(m.llm_seconds, label).observe(seconds)
+            elif kind == "summary":
+                m.child(m.session_summaries, outcome).inc()
+                m.child(m.session_summary_seconds, outcome).observe(seconds)
+            elif kind == "extraction":
+                m.child(m.auto_extractions, outcome).inc()
+                m.child(m.auto_extraction_seconds, outcome).observe(seconds)
+            elif kind == "recall":
+                path = op.path or "none"
+                m.child(m.recalls, path, outcome).inc()
+                m.child(m.recall_seconds, path).observe(seconds)
+            elif kind == "build":
+                m.child(m.builds, outcome).inc()
+                m.build_seconds.observe(seconds)
+        if op._span is not None and op.path:
+            op._span.set_attribute("harness_memory.path", op.path)
+        if self.events is not None:
+            event, level = _EVENTS[kind]
+            fields = _public_fields(op._fields)
+            if label:
+                fields["op"] = label
+            if op.path:
+                fields["path"] = op.path
+            self.events.emit(event, level, outcome=outcome, duration_ms=round(seconds * 1000, 2), **fields)
+
+
+#: Telemetry that records nothing: the default of every part built without ``MemoryServices``.
+DISABLED = Telemetry.disabled()
+
+
+def _public_fields(fields: dict[str, Any] | None) -> dict[str, Any]:
+    """Event / span fields with the user hashed and a place as its redacted directory."""
+    if not fields:
+        return {}
+    out: dict[str, Any] = {}
+    for key, value in fields.items():
+        if value is None:
+            continue
+        if key == "user":
+            out["user"] = hash_user(value)
+        elif key == "place":
+            out["place"] = redact(getattr(value, "rel_dir", str(value)))
+            user = getattr(value, "user_id", None)
+            if user:
+                out["user"] = hash_user(user)
+        else:
+            out[key] = value if isinstance(value, int | float | bool) else str(value)
+    return out
+
+
+__all__ = ["DISABLED", "NULL_OP", "QUIET_OUTCOMES", "Op", "Telemetry", "classify"]

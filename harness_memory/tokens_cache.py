@@ -1,0 +1,114 @@
+"""Where tiktoken keeps its BPE file, whether it is there, and putting it there (offline pods).
+
+Why: ``tiktoken.get_encoding("cl100k_base")`` reads the BPE file from its cache
+(``$TIKTOKEN_CACHE_DIR``, else ``$DATA_GYM_CACHE_DIR``, else ``<tmp>/data-gym-cache``) under the
+SHA-1 of its download URL, and downloads it when absent or corrupt. An offline pod therefore
+tries the network in every new process. Placing the verified file in the cache once (the
+``harness-memory tiktoken-cache`` command, e.g. in an image build) makes tiktoken work offline;
+``HARNESS_MEMORY_TIKTOKEN`` chooses whether a process may try at all:
+
+* ``auto`` (default): tiktoken as usual (cache, else download);
+* ``offline``: only a cached, verified file is used — never a network attempt; else the estimate;
+* ``off``: never tiktoken; token counts use the character estimate.
+
+The cache rules mirror ``tiktoken.load.read_file_cached`` (tiktoken 0.7–0.14).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+
+ENCODING_NAME = "cl100k_base"
+BPE_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
+BPE_SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
+MODE_ENV = "HARNESS_MEMORY_TIKTOKEN"
+MODES = ("auto", "offline", "off")
+
+
+class TiktokenDisabled(RuntimeError):
+    """tiktoken may not be loaded in this process (``HARNESS_MEMORY_TIKTOKEN``)."""
+
+
+def mode() -> str:
+    """``auto``, ``offline`` or ``off`` from ``$HARNESS_MEMORY_TIKTOKEN`` (unknown values: ``auto``)."""
+    value = os.environ.get(MODE_ENV, "auto").strip().lower()
+    return value if value in MODES else "auto"
+
+
+def cache_dir() -> Path | None:
+    """tiktoken's cache folder for this process (None: caching disabled by an empty variable)."""
+    for name in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR"):
+        if name in os.environ:
+            return Path(os.environ[name]) if os.environ[name] else None
+    return Path(tempfile.gettempdir()) / "data-gym-cache"
+
+
+def default_package_cache() -> Path:
+    """Where tiktoken caches when no variable is set (a download made without settings lands here)."""
+    return Path(tempfile.gettempdir()) / "data-gym-cache" / cache_name()
+
+
+def cache_name() -> str:
+    return hashlib.sha1(BPE_URL.encode()).hexdigest()
+
+
+def cache_path() -> Path | None:
+    folder = cache_dir()
+    return folder / cache_name() if folder is not None else None
+
+
+def verified(path: Path, expected: str = BPE_SHA256) -> bool:
+    """Whether ``path`` holds the genuine BPE file (tiktoken would delete and re-download another)."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest() == expected
+    except OSError:
+        return False
+
+
+def cached() -> bool:
+    """Whether tiktoken can load the encoding from its cache without any network attempt."""
+    path = cache_path()
+    return path is not None and verified(path)
+
+
+def check_loadable() -> None:
+    """Raise TiktokenDisabled when this process must not load tiktoken now (the mode says so)."""
+    current = mode()
+    if current == "off":
+        raise TiktokenDisabled(f"{MODE_ENV}=off")
+    if current == "offline" and not cached():
+        raise TiktokenDisabled(f"{MODE_ENV}=offline and no verified BPE file at {cache_path()} "
+                               "(run `harness-memory tiktoken-cache`)")
+
+
+def store(source: Path | None = None, dest: Path | None = None, *, expected: str = BPE_SHA256) -> Path:
+    """Copy the BPE file into the cache folder ``dest`` (default: this process's cache folder)
+    under tiktoken's name, after checking its SHA-256. ``source`` defaults to tiktoken's default
+    cache (a file downloaded earlier on this machine). Returns the path written.
+
+    Raises FileNotFoundError (no source) or ValueError (not the genuine file)."""
+    src = source or default_package_cache()
+    if not src.is_file():
+        raise FileNotFoundError(f"no BPE file at {src}: pass the cl100k_base.tiktoken file (--from FILE)")
+    if not verified(src, expected):
+        raise ValueError(f"{src} is not the cl100k_base BPE file (SHA-256 differs from {expected[:12]}…)")
+    folder = dest or cache_dir()
+    if folder is None:
+        raise ValueError("tiktoken caching is disabled (TIKTOKEN_CACHE_DIR is empty): pass --dir DIR")
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / cache_name()
+    if target.resolve() == src.resolve():
+        return target
+    tmp = folder / f".{cache_name()}.{uuid.uuid4().hex}.tmp"
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, target)
+    return target
+
+
+__all__ = ["BPE_SHA256", "BPE_URL", "ENCODING_NAME", "MODES", "MODE_ENV", "TiktokenDisabled", "cache_dir",
+           "cache_path", "cached", "check_loadable", "default_package_cache", "mode", "store", "verified"]

@@ -1,0 +1,67 @@
+"""tiktoken offline: ``harness-memory tiktoken-cache`` puts a verified BPE file where tiktoken's
+own loader finds it (no network), refuses a wrong file, and ``HARNESS_MEMORY_TIKTOKEN`` keeps a
+process from ever trying (``off``) or from trying the network (``offline``)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+import tiktoken.load
+
+from harness_memory import tokens, tokens_cache
+from harness_memory.cli import main
+
+
+@pytest.fixture(autouse=True)
+def fresh_loader(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR", tokens_cache.MODE_ENV):
+        monkeypatch.delenv(name, raising=False)
+    tokens._reset()
+    yield
+    tokens._reset()
+
+
+def test_stored_file_is_what_tiktokens_loader_reads_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    src = tmp_path / "cl100k_base.tiktoken"
+    src.write_bytes(b"IQ== 0\nIg== 1\n")  # a stand-in BPE file (the real one is not on this machine)
+    digest = hashlib.sha256(src.read_bytes()).hexdigest()
+    cache = tmp_path / "cache"
+    target = tokens_cache.store(src, cache, expected=digest)
+    assert target.parent == cache and target.read_bytes() == src.read_bytes()
+
+    def no_network(blobpath: str) -> bytes:
+        raise AssertionError(f"tiktoken tried to fetch {blobpath}")
+
+    monkeypatch.setattr(tiktoken.load, "read_file", no_network)
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(cache))
+    assert tiktoken.load.read_file_cached(tokens_cache.BPE_URL, digest) == src.read_bytes()
+
+
+def test_cli_refuses_a_file_that_is_not_the_encoding(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.tiktoken"
+    bad.write_bytes(b"not a bpe file")
+    code = main(["tiktoken-cache", "--from", str(bad), "--dir", str(tmp_path / "cache")])
+    assert code == 1 and "is not the cl100k_base BPE file" in capsys.readouterr().err
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
+    code = main(["tiktoken-cache", "--from", str(tmp_path / "missing"), "--dir", str(tmp_path / "cache")])
+    assert code == 3 and "no BPE file" in capsys.readouterr().err
+    assert main(["tiktoken-cache", "--status"]) == 3
+
+
+@pytest.mark.parametrize("mode", ["off", "offline"])
+def test_the_setting_keeps_tiktoken_from_trying(mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+
+    def get_encoding(name: str) -> object:
+        calls.append(name)
+        raise AssertionError("tiktoken was asked to load")
+
+    monkeypatch.setattr(tiktoken, "get_encoding", get_encoding)
+    monkeypatch.setenv(tokens_cache.MODE_ENV, mode)
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "empty"))
+    assert tokens.count_tokens("hello world, 你好") == tokens.estimate_tokens("hello world, 你好")
+    assert calls == []
+    with pytest.raises(tokens_cache.TiktokenDisabled):
+        tokens_cache.check_loadable()
