@@ -1,5 +1,6 @@
-"""The session hot buffer: Redis mode and in-process mode pass the same contract, on a real
-redis-server; outage → in-process with one warning; recovery moves the buffered messages back."""
+"""The session hot buffer: in-process mode and Redis mode on every topology (one server, TLS,
+Sentinel, a 3-master Cluster — real servers) pass the same contract; outage → in-process with one
+warning; recovery moves the buffered messages back."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 import redis
 
 from harness_memory.session import BufferedMessage, CommitOutcome, SessionBuffer
+from tests.redis_topologies import TOPOLOGIES, Topology, topology_settings
 from tests.servers import RedisServer
 
 
@@ -39,13 +41,19 @@ def redis_client(redis_server: Any) -> Iterator[redis.Redis]:
     client.close()
 
 
-@pytest.fixture(params=["redis", "local"])
-def buffer(request: pytest.FixtureRequest) -> SessionBuffer:
+@pytest.fixture(params=["local", *TOPOLOGIES])
+def buffer(request: pytest.FixtureRequest) -> Iterator[SessionBuffer]:
+    """The in-process buffer, then the Redis buffer on each topology (a cross-slot command
+    would raise here: the cluster client refuses it before sending)."""
     clock = Clock()
     if request.param == "local":
-        return SessionBuffer(None, clock=clock)
-    client = request.getfixturevalue("redis_client")
-    return SessionBuffer(client, key_prefix=f"tb-{uuid.uuid4().hex[:8]}:", clock=clock)
+        yield SessionBuffer(None, clock=clock)
+        return
+    client = Topology(request.param, topology_settings(request, request.param)).client()
+    buf = SessionBuffer(client, key_prefix=f"tb-{uuid.uuid4().hex[:8]}:", clock=clock)
+    yield buf
+    assert buf.mode == "redis" and buf.warnings == 0  # never fell back: the contract ran on Redis
+    client.close()
 
 
 def contents(entries: list[BufferedMessage]) -> list[str]:

@@ -27,12 +27,11 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import redis
-
 from ..config import RedisConfig, SessionConfig
 from ..errors import StorageError
 from ..layout import validate_id
 from ..llm import warn_no_light_model
+from ..redis_client import RedisClient
 from ..storage import ObjectStore
 from ..tokens import MESSAGE_OVERHEAD_TOKENS, count_tokens
 from .buffer import SessionBuffer
@@ -75,7 +74,7 @@ class SessionMemoryManager:
         store: ObjectStore,
         *,
         config: SessionConfig | None = None,
-        redis_client: redis.Redis | None = None,
+        redis_client: RedisClient | None = None,
         redis_config: RedisConfig | None = None,
         model: SummaryModel | None = None,
         key_prefix: str = "memory/",

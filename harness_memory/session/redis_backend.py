@@ -21,8 +21,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-import redis
-
+from ..redis_client import RedisClient
 from .records import BufferedMessage, CommitOutcome, PendingBatch, SessionState
 
 _RELEASE = """
@@ -60,9 +59,10 @@ return 1
 
 
 class RedisBuffer:
-    """Session-buffer operations on one Redis; every method may raise ``redis.RedisError``."""
+    """Session-buffer operations on one Redis (any topology); every method may raise what
+    ``redis_client.REDIS_ERRORS`` lists."""
 
-    def __init__(self, client: redis.Redis, key_prefix: str = "hm:") -> None:
+    def __init__(self, client: RedisClient, key_prefix: str = "hm:") -> None:
         self.client = client
         self.key_prefix = key_prefix
         self._release = client.register_script(_RELEASE)
