@@ -138,6 +138,8 @@ class _Topology:
     name = "topology"
 
     def __init__(self, base_dir: Path | None = None) -> None:
+        if base_dir is not None:
+            Path(base_dir).mkdir(parents=True, exist_ok=True)
         self.dir = Path(tempfile.mkdtemp(prefix=f"hm-{self.name}-", dir=base_dir))
         self.nodes: list[RedisNode] = []
         self.startup_seconds = 0.0
@@ -289,13 +291,14 @@ class ClusterRedis(_Topology):
 
     name = "cluster"
 
-    def __init__(self, base_dir: Path | None = None, *, masters: int = 3) -> None:
+    def __init__(self, base_dir: Path | None = None, *, masters: int = 3, ports: list[int] | None = None) -> None:
         super().__init__(base_dir)
         self.masters = masters
+        self.ports = ports  # client and bus port of each node, in pairs; default: free ones
 
     def start(self) -> ClusterRedis:
         t0 = time.monotonic()
-        ports = free_ports(2 * self.masters)  # one client port and one cluster-bus port per node
+        ports = self.ports or free_ports(2 * self.masters)  # one client port and one bus port per node
         for i in range(self.masters):
             port, bus = ports[2 * i], ports[2 * i + 1]
             self.nodes.append(RedisNode(self.dir / f"n{port}", port, [
