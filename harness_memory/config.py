@@ -118,6 +118,15 @@ class RedisConfig(_Section):
     ssl_check_hostname: bool = Field(
         True, description="TLS: the server certificate must name the host connected to."
     )
+    wait_replicas: int = Field(
+        0, ge=0, le=16,
+        description="Sentinel: replicas that should confirm each buffered message (`WAIT`); an unconfirmed one "
+        "written to a server that is no longer the master is kept in-process and moved later, so a "
+        "failover loses none. 0 = do not wait.",
+    )
+    wait_timeout_ms: int = Field(
+        100, ge=1, description="Milliseconds a buffered write waits for `wait_replicas` confirmations."
+    )
     key_prefix: str = Field("hm:", description="Prefix of every Redis key (no `{` or `}`: hash tags are ours).")
     socket_timeout: float = Field(1.0, gt=0, description="Seconds per Redis command.")
     retry_after_seconds: float = Field(

@@ -101,6 +101,9 @@ def target_for(cfg: RedisConfig) -> RedisTarget | None:
                 else "cluster" if scheme.endswith("+cluster") else "standalone")
     tls = scheme.startswith("rediss")
     cfg_password = cfg.password.get_secret_value() if cfg.password else None
+    if cfg.wait_replicas and mode != "sentinel":
+        raise ConfigError("redis.wait_replicas needs Sentinel: after an unconfirmed write the sentinels "
+                          "tell whether it went to the current master")
     if mode == "standalone":
         if scheme.endswith(("+sentinel", "+cluster")):
             raise ConfigError(f"redis.mode is standalone but redis.url is a {scheme}:// URL")
@@ -193,11 +196,27 @@ class SentinelMaster(redis.Redis):
     that care about failover can ask where the master is now."""
 
     sentinel: Sentinel | None = None
+    master_name: str = DEFAULT_MASTER
 
     def master_address(self) -> tuple[str, int]:
         """Ask the sentinels; idle pooled connections to a former master are dropped."""
         host, port = self.connection_pool.get_master_address()
         return str(host), int(port)
+
+    def still_master(self, address: tuple[str, int]) -> bool:
+        """Whether the server at ``address`` is the master and stays it: the sentinels name it
+        and none of them reports a failover in progress. Why every sentinel: after ``SENTINEL
+        FAILOVER`` the replica is promoted ~0.3 s in, but only the sentinel leading the failover
+        knows (``failover_in_progress``); the others name the old master for another second."""
+        if self.master_address() != address or self.sentinel is None:
+            return False
+        for sentinel in self.sentinel.sentinels:
+            try:
+                if "failover_in_progress" in sentinel.sentinel_master(self.master_name)["flags"]:
+                    return False
+            except (redis.ConnectionError, redis.TimeoutError):
+                continue
+        return True
 
     def close(self) -> None:
         super().close()
@@ -281,7 +300,7 @@ def make_redis(cfg: RedisConfig) -> RedisClient | None:
         client = sentinel.master_for(target.master, redis_class=SentinelMaster, db=target.db,
                                      health_check_interval=HEALTH_CHECK_SECONDS, **common, **tls, **creds)
         assert isinstance(client, SentinelMaster)
-        client.sentinel = sentinel
+        client.sentinel, client.master_name = sentinel, target.master
         return client
     nodes = [ClusterNode(host, port) for host, port in target.hosts]
     return LazyCluster(startup_nodes=nodes, health_check_interval=HEALTH_CHECK_SECONDS, **common, **tls, **creds)

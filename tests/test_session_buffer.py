@@ -232,3 +232,35 @@ def test_buffered_message_json_round_trip_and_foreign_entries() -> None:
     assert BufferedMessage.from_json(m.to_json()) == m
     assert BufferedMessage.from_json(b"not json") is None
     assert BufferedMessage.from_json('{"c": "no role"}') is None
+
+
+def test_replicated_collects_are_confirmed_or_stay_on_the_current_master(redis_sentinel: Any) -> None:
+    """``redis.wait_replicas`` (Sentinel): the set has one replica. One confirmation: stored and
+    already on the replica. Two (never confirmed): the write went to the master the sentinels
+    name, so it is kept in Redis and counted as unreplicated — not copied in-process, where every
+    later move would store it again. (Writes to a demoted master: ``make bench``, failover.)"""
+    client = Topology("sentinel", redis_sentinel.settings()).client()
+    try:
+        ok = SessionBuffer(client, key_prefix=f"tw-{uuid.uuid4().hex[:8]}:", wait_replicas=1, wait_timeout_ms=2000)
+        state = ok.collect("s", [msg(0), msg(1)], cap=10, ttl=600)
+        assert ok.mode == "redis" and state.total == 2 and ok.local_collects == 0
+        assert ok.redis is not None and ok.redis.unreplicated == 0
+        replica = redis_sentinel.replica.client()
+        assert replica.llen(ok.redis.messages_key("s")) == 2  # on the replica already
+
+        lagging = SessionBuffer(client, key_prefix=f"tw-{uuid.uuid4().hex[:8]}:", wait_replicas=2,
+                                wait_timeout_ms=50)
+        lagging.collect("s", [msg(0)], cap=10, ttl=600)
+        lagging.collect("s", [msg(1)], cap=10, ttl=600)
+        assert lagging.mode == "redis" and lagging.local_collects == 0 and lagging.warnings == 0
+        assert lagging.redis is not None and lagging.redis.unreplicated == 2
+        assert contents(lagging.entries("s")) == ["message 0 你好", "message 1 你好"]
+    finally:
+        client.close()
+
+
+def test_wait_replicas_needs_sentinel() -> None:
+    from harness_memory.config import ConfigError, MemoryConfig
+
+    with pytest.raises(ConfigError, match="wait_replicas needs Sentinel"):
+        MemoryConfig.load(env={}, redis={"url": "redis://127.0.0.1:1/0", "wait_replicas": 1})

@@ -72,10 +72,13 @@ class SessionBuffer:
         *,
         key_prefix: str = "hm:",
         retry_after_seconds: float = 30.0,
+        wait_replicas: int = 0,
+        wait_timeout_ms: int = 100,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.redis = RedisBuffer(client, key_prefix) if client is not None else None
+        self.redis = (RedisBuffer(client, key_prefix, wait_replicas=wait_replicas, wait_timeout_ms=wait_timeout_ms)
+                      if client is not None else None)
         self.local = LocalBuffer(clock)
         self.retry_after = retry_after_seconds
         self.clock = clock
@@ -87,6 +90,7 @@ class SessionBuffer:
         self._migrate_all = False
         self._migrating = threading.Lock()
         self.warnings = 0  # outage warnings logged (tests and health output read it)
+        self.local_collects = 0  # collects buffered in-process while Redis is configured (outages)
 
     # -- mode ---------------------------------------------------------------------------------
     @property
@@ -203,8 +207,14 @@ class SessionBuffer:
         return self._run(
             session_id,
             lambda r: r.collect(session_id, entries, cap=cap, ttl=ttl, now=now),
-            lambda lo: lo.collect(session_id, entries, cap=cap, ttl=ttl, now=now),
+            lambda lo: self._collect_locally(lo, session_id, entries, cap=cap, ttl=ttl, now=now),
         )
+
+    def _collect_locally(self, local: LocalBuffer, session_id: str, entries: Sequence[BufferedMessage], *,
+                         cap: int, ttl: int, now: float) -> SessionState:
+        if self.redis is not None:
+            self.local_collects += 1
+        return local.collect(session_id, entries, cap=cap, ttl=ttl, now=now)
 
     def state(self, session_id: str) -> SessionState | None:
         return self._run(session_id, lambda r: r.state(session_id), lambda lo: lo.state(session_id))

@@ -87,7 +87,8 @@ class SessionMemoryManager:
         self.model = model
         self.clock = clock
         self.buffer = SessionBuffer(redis_client, key_prefix=rcfg.key_prefix,
-                                    retry_after_seconds=rcfg.retry_after_seconds, clock=clock)
+                                    retry_after_seconds=rcfg.retry_after_seconds, clock=clock,
+                                    wait_replicas=rcfg.wait_replicas, wait_timeout_ms=rcfg.wait_timeout_ms)
         self.cache = SummaryCache(self.cfg.lru_size)
         self.summariser = Summariser(store, self.buffer, self.cache, self.cfg, key_prefix=key_prefix,
                                      clock=clock)
