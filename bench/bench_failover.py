@@ -247,7 +247,7 @@ def saves(how: str, seconds: float, weed: Any) -> SaveResult:
         for t in threads:
             t.start()
         time.sleep(TRIGGER_AT)
-        old, _ = _trigger(topo, how)
+        _trigger(topo, how)
         time.sleep(max(0.0, seconds - (time.monotonic() - t0)))
         stop.set()
         for t in threads:
