@@ -39,7 +39,7 @@ from .common import config_for, p50, pct, scratch_dir, servers, table
 from .cost_server import CostServer, Kind, conversation
 
 SIZES = ((2, 4, 16), (4, 8, 12), (8, 8, 10))  # (pods, users per pod, turns per user)
-QUICK_SIZES = ((1, 2, 4),)
+QUICK_SIZES = ((1, 2, 3),)
 OPS = ("turn", "build", "run", "save", "collect", "summary", "extraction")
 TIMEOUT = 900
 
@@ -57,6 +57,8 @@ class SizeResult:
     bytes_down: int = 0
     hot_writes: Counter[str] = field(default_factory=Counter)
     redis_commands: int = 0
+    redis_cpu_seconds: float = 0.0
+    pod_cpu_seconds: float = 0.0
     redis_by_command: Counter[str] = field(default_factory=Counter)
     redis_memory_per_session: float = 0.0
     session_key_bytes: int = 0
@@ -88,11 +90,12 @@ def _spawn(pod: int, users: int, turns: int, env: dict[str, str]) -> subprocess.
                             stderr=subprocess.STDOUT, text=True)
 
 
-def _redis_stats(client: redis.Redis) -> tuple[int, int, Counter[str]]:
+def _redis_stats(client: redis.Redis) -> tuple[int, int, Counter[str], float]:
     by_command = Counter({name.removeprefix("cmdstat_"): int(v["calls"])
                           for name, v in client.info("commandstats").items()})
+    cpu = client.info("cpu")
     return (int(client.info("stats")["total_commands_processed"]), int(client.info("memory")["used_memory"]),
-            by_command)
+            by_command, float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]))
 
 
 def run_size(pods: int, users: int, turns: int, weed: Any, red: Any, llm: ScriptedLLM) -> SizeResult:
@@ -106,7 +109,6 @@ def run_size(pods: int, users: int, turns: int, weed: Any, red: Any, llm: Script
     )
     env = child_env(write_config(cfg, Path(scratch_dir("hm-bench-load-")) / "config.yaml"))
     client = redis.Redis.from_url(red.url)
-    client.flushall()  # our own bench server: memory growth is this size's sessions alone
     procs = [_spawn(p, users, turns, env) for p in range(pods)]
     reports: list[dict[str, Any]] = []
     try:
@@ -115,7 +117,7 @@ def run_size(pods: int, users: int, turns: int, weed: Any, red: Any, llm: Script
             line = p.stdout.readline()
             if line.strip() != "READY":
                 raise RuntimeError(f"load worker did not start: {line}{p.stdout.read()}")
-        commands0, memory0, by_command0 = _redis_stats(client)
+        commands0, memory0, by_command0, redis_cpu0 = _redis_stats(client)
         calls0 = Counter({k.value: t.calls for k, t in llm_handler(llm).tallies.items()})
         for p in procs:
             assert p.stdin is not None
@@ -126,10 +128,11 @@ def run_size(pods: int, users: int, turns: int, weed: Any, red: Any, llm: Script
             if p.returncode != 0:
                 raise RuntimeError(f"load worker failed (exit {p.returncode}):\n{out[-3000:]}")
             reports.append(json.loads(out.strip().splitlines()[-1]))
-        commands1, memory1, by_command1 = _redis_stats(client)
-        result.redis_commands = commands1 - commands0 - 3  # minus our own INFOs
+        commands1, memory1, by_command1, redis_cpu1 = _redis_stats(client)
+        result.redis_commands = commands1 - commands0 - 4  # minus our own INFOs
         result.redis_by_command = by_command1 - by_command0
-        result.redis_by_command["info"] -= 3
+        result.redis_by_command["info"] -= 4
+        result.redis_cpu_seconds = redis_cpu1 - redis_cpu0
         result.redis_keys = int(client.dbsize())
         sessions = [k for k in client.scan_iter(match=f"{cfg.redis.key_prefix}session:*:messages")]
         if sessions:
@@ -155,6 +158,7 @@ def run_size(pods: int, users: int, turns: int, weed: Any, red: Any, llm: Script
         result.hot_writes.update(r["store"]["hot_writes"])
         result.errors += r["errors"]
         result.collect_errors += r["collect_errors"]
+        result.pod_cpu_seconds += r["cpu_seconds"]
         result.buffer_fallbacks += r["buffer_warnings"]
     return result
 
@@ -190,10 +194,12 @@ def summary_table(results: list[SizeResult]) -> str:
                      f"{r.per_turn(r.bytes_up) / 1024:.1f}", r.per_turn(r.redis_commands),
                      f"{r.redis_memory_per_session / 1024:.1f}", f"{r.session_key_bytes / 1024:.1f}",
                      f"{hottest / r.seconds:.1f}" if r.seconds else "n/a",
+                     f"{r.per_turn(r.pod_cpu_seconds) * 1000:.0f}", f"{r.per_turn(r.redis_cpu_seconds) * 1e6:.0f}",
                      len(r.errors) + r.collect_errors, r.buffer_fallbacks])
     return table(["size", "sessions", "turns", "seconds", "turns/s", "store reads/turn", "store writes/turn",
                   "KiB down/turn", "KiB up/turn", "Redis commands/turn", "Redis KiB/session (used_memory)",
-                  "Redis KiB/session (MEMORY USAGE)", "writes/s on the hottest object", "errors",
+                  "Redis KiB/session (MEMORY USAGE)", "writes/s on the hottest object", "pod CPU ms/turn",
+                  "Redis CPU µs/turn", "errors",
                   "Redis fallbacks"], rows)
 
 

@@ -97,6 +97,7 @@ def main() -> int:
                         traceback.print_exc()
 
     threads = [threading.Thread(target=converse, args=(u,), name=f"user-{u}") for u in range(users)]
+    cpu0 = time.process_time()
     start = time.time()
     for t in threads:
         t.start()
@@ -107,9 +108,11 @@ def main() -> int:
     manager.wait_idle(120)  # summaries still running count as this run's work
     auto.flush(120)  # the users leave: their pending extractions run
     drained = time.time()
+    cpu = time.process_time() - cpu0  # this pod's CPU for the turns and their background work
     stats = manager.stats
     report: dict[str, Any] = {
         "pod": pod, "start": start, "end": end, "drained": drained, "turns": turns_done, "errors": errors,
+        "cpu_seconds": cpu,
         "ops": ops, "store": store.snapshot(), "collect_errors": stats.collect_errors,
         "buffer_mode": manager.buffer.mode, "buffer_warnings": manager.buffer.warnings,
     }

@@ -58,6 +58,12 @@ BENCHES = (
           "Memory-related model calls of the same kind of 100-turn conversation at five user paces."),
     Bench("concurrency", "6. Concurrency", "bench.bench_concurrency",
           "Saves per second into one place from 1 / 2 / 4 / 8 OS processes, and lost index entries."),
+    Bench("load", "7. Load: pods × users on one Redis and one bucket", "bench.bench_load",
+          "N pod processes × M users with a realistic mix (builds, runs, saves, session summaries, auto-memory "
+          "extractions) at three sizes: throughput, latency per operation, store and Redis cost per turn."),
+    Bench("failover", "8. Redis Sentinel failover mid-conversation", "bench.bench_failover",
+          "Messages acknowledged then lost, and place-lock safety, through SENTINEL FAILOVER and kill -9 of the "
+          "master, with and without redis.wait_replicas."),
 )
 
 
