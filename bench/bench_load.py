@@ -170,6 +170,81 @@ def llm_handler(llm: ScriptedLLM) -> LoadModel:
     return _HANDLERS[id(llm)]
 
 
+# -- what one Redis node carries ----------------------------------------------------------------
+RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
+
+
+@dataclass
+class Probe:
+    label: str
+    per_turn: float
+    rps: float = 0.0
+    cpu_us: float = 0.0  # server CPU per request
+
+
+def redis_ceiling(red: Any, big: SizeResult, requests: int = 20000) -> list[Probe]:
+    """Replay the round trips of one turn (counted in the largest size) with ``redis-benchmark``
+    (32 connections, random sessions) against the bench's redis-server: requests/s and the
+    server's CPU per request (``INFO cpu``), so a node's turns/s follow from its CPU."""
+    import shutil
+
+    from harness_memory.session import BufferedMessage
+    from harness_memory.session.redis_backend import COLLECT_SCRIPT
+
+    exe = shutil.which("redis-benchmark")
+    if exe is None:
+        return []
+    client = redis.Redis.from_url(red.url)
+    collect, release = client.script_load(COLLECT_SCRIPT), client.script_load(RELEASE)
+    msg = BufferedMessage("user", "please look at the build log and tell me what failed " * 8, tokens=120,
+                          tool_calls=0, created_at=1.0).to_json()
+    c = big.redis_by_command
+    turns = max(1, big.turns)
+    k = "rb:session:{__rand_int__}"
+    probes = [
+        (Probe("collect script (EVALSHA)", c["rpush"] / turns),
+         ["EVALSHA", collect, "2", f"{k}:messages", f"{k}:state", "2000", "3600", "e", "240", "0", "1.0", msg, msg]),
+        (Probe("summary version (HGET)", c["hget"] / turns), ["HGET", f"{k}:state", "summary_version"]),
+        (Probe("recalled files (SMEMBERS)", c["smembers"] / turns), ["SMEMBERS", "rb:recall:{__rand_int__}"]),
+        (Probe("mark recalled (SADD)", c["sadd"] / turns), ["SADD", "rb:recall:{__rand_int__}", "deploy.md"]),
+        (Probe("mark recalled (EXPIRE)", c["sadd"] / turns), ["EXPIRE", "rb:recall:{__rand_int__}", "3600"]),
+        (Probe("lock (SET NX PX)", c["set"] / turns), ["SET", "rb:lock:{__rand_int__}", "tok", "NX", "PX", "15000"]),
+        (Probe("unlock (EVALSHA)", c["set"] / turns), ["EVALSHA", release, "1", "rb:lock:{__rand_int__}", "tok"]),
+        (Probe("state (HGETALL)", c["multi"] / turns), ["HGETALL", f"{k}:state"]),
+        (Probe("state (LLEN)", c["multi"] / turns), ["LLEN", f"{k}:messages"]),
+        (Probe("pending (LRANGE)", c["lrange"] / turns), ["LRANGE", f"{k}:messages", "0", "-1"]),
+    ]
+    out = []
+    for probe, args in probes:
+        cpu0 = client.info("cpu")
+        done = subprocess.run([exe, "-h", "127.0.0.1", "-p", str(red.port), "-c", "32", "-n", str(requests),
+                               "-r", "100000", "--csv", *args], capture_output=True, text=True, timeout=300)
+        cpu1 = client.info("cpu")
+        rows = [line for line in done.stdout.splitlines() if line.startswith('"') and not line.startswith('"test"')]
+        if not rows:
+            continue
+        probe.rps = float(rows[-1].rsplit('","', 7)[1])  # the test name may hold quotes
+        used = sum(float(cpu1[f]) - float(cpu0[f]) for f in ("used_cpu_user", "used_cpu_sys"))
+        probe.cpu_us = used / requests * 1e6
+        out.append(probe)
+    client.delete(*client.keys("rb:*") or ["rb:none"])
+    client.close()
+    return out
+
+
+def ceiling_table(probes: list[Probe]) -> str:
+    rows = [[p.label, f"{p.per_turn:.2f}", f"{p.rps:.0f}", f"{p.cpu_us:.1f}"] for p in probes]
+    per_turn_us = sum(p.per_turn * p.cpu_us for p in probes)
+    trips = sum(p.per_turn for p in probes)
+    rows.append(["**one turn**", f"{trips:.2f} round trips", "", f"{per_turn_us:.1f}"])
+    return "\n\n".join([
+        table(["Redis request (as sent by the pods)", "per turn", "requests/s (32 connections)",
+               "server CPU µs/request"], rows),
+        f"One Redis core at 100 % carries ~{1e6 / per_turn_us:.0f} turns/s of this mix on this machine "
+        f"(server CPU {per_turn_us:.0f} µs per turn, {trips:.1f} round trips)." if per_turn_us else "",
+    ])
+
+
 def size_label(r: SizeResult) -> str:
     return f"{r.pods} pods × {r.users} users"
 
@@ -230,6 +305,7 @@ def run(quick: bool = False) -> str:
             t0 = time.monotonic()
             results.append(run_size(pods, users, turns, weed, red, llm))
             print(f"[load]   done in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+        probes = [] if quick else redis_ceiling(red, results[-1])
     errors = [e for r in results for e in r.errors[:3]]
     return "\n\n".join([
         "### Load — pods × users on one Redis and one bucket",
@@ -245,6 +321,8 @@ def run(quick: bool = False) -> str:
         "background (the post-hook queues them), timed inside the pods.",
         "### Requests per turn, by kind",
         breakdown_table(results),
+        "Redis commands include those run inside our Lua scripts (a collect script runs 12).",
+        *(["### What one Redis node carries", ceiling_table(probes)] if probes else []),
         *(["Errors (first few): " + "; ".join(errors)] if errors else []),
     ])
 

@@ -54,8 +54,9 @@ return 0
 """
 
 # KEYS: messages, state. ARGV: cap, ttl, new epoch, tokens, tool calls, now, message….
+# (Public: the load bench replays it with redis-benchmark.)
 # Returns {HGETALL state, LLEN messages}. RPUSH in chunks: Lua's unpack() has a stack limit.
-_COLLECT = """
+COLLECT_SCRIPT = """
 local n = #ARGV - 6
 for i = 7, #ARGV, 500 do
   redis.call('rpush', KEYS[1], unpack(ARGV, i, math.min(i + 499, #ARGV)))
@@ -122,7 +123,7 @@ class RedisBuffer:
         self.unreplicated = 0  # collects kept on the current master although replicas did not confirm
         self._release = client.register_script(_RELEASE)
         self._commit = client.register_script(_COMMIT)
-        self._collect = client.register_script(_COLLECT)
+        self._collect = client.register_script(COLLECT_SCRIPT)
 
     # -- keys ---------------------------------------------------------------------------------
     def _base(self, session_id: str) -> str:
