@@ -21,17 +21,23 @@ WRITES = ("put", "put_if_absent", "put_if_match")
 
 
 def kind_of(key: str) -> str:
-    """Which kind of object a key is, for the per-turn breakdown."""
-    name = key.rsplit("/", 1)[-1]
-    if name == MANIFEST_FILE:
-        return "manifest"
-    if name == INDEX_FILE:
-        return "MEMORY.md"
-    if "/sessions/" in key:
+    """Which kind of object a key is, for the per-turn breakdown: the place (user agent memory,
+    user auto memory, shared ones, session summaries) and the object (manifest, MEMORY.md, state,
+    file)."""
+    parts = key.split("/")
+    name = parts[-1]
+    if "sessions" in parts:
         return "session summary"
-    if "/auto/" in key or name.startswith(".auto"):
-        return "auto memory"
-    return "memory file"
+    shared = "users" not in parts
+    place = "auto memory" if "projects" in parts else "agent memory"
+    place = f"shared {place}" if shared else place
+    if name == MANIFEST_FILE:
+        return f"{place} manifest"
+    if name == INDEX_FILE:
+        return f"{place} MEMORY.md"
+    if name.startswith("."):
+        return f"{place} state"
+    return f"{place} file"
 
 
 class MeteredStore(ObjectStore):
@@ -54,7 +60,7 @@ class MeteredStore(ObjectStore):
             self.requests[(op, kind)] += 1
             self.request_count += 1
             self.bytes_up += up
-            if op in WRITES and kind in ("manifest", "MEMORY.md"):
+            if op in WRITES and kind.endswith(("manifest", "MEMORY.md")):
                 self.hot_writes[key] += 1
 
     def _down(self, n: int) -> None:

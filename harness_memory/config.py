@@ -77,56 +77,39 @@ class StoreConfig(_Section):
 
 
 class RedisConfig(_Section):
-    """The shared hot buffer and lock server; absent means in-process mode.
+    """The shared hot buffer and lock server; absent means in-process mode. One server, TLS,
+    Sentinel or Cluster: ``redis_client.make_redis`` turns these settings into the one client."""
 
-    One server, TLS, Sentinel or Cluster: ``harness_memory.redis_client`` turns these settings
-    into the process's one client."""
-
-    url: str | None = Field(
-        None,
-        description="Where Redis is: `redis://host:port/db`, `rediss://…` (TLS), `unix:///path.sock`, "
+    url: str | None = Field(None, description=(
+        "Where Redis is: `redis://host:port/db`, `rediss://…` (TLS), `unix:///path.sock`, "
         "`redis+sentinel://host:port,host:port/<master>/<db>` or `redis+cluster://host:port,host:port` "
-        "(`rediss+sentinel` / `rediss+cluster` for TLS); unset (and no `sentinels`) = in-process mode.",
-    )
-    mode: Literal["auto", "standalone", "sentinel", "cluster"] = Field(
-        "auto",
-        description="`auto`: from the URL's scheme (`sentinel` also when `sentinels` is set), else "
-        "`standalone`; `cluster` makes a plain `redis://host:port` URL name a cluster node.",
-    )
-    sentinels: str | None = Field(
-        None,
-        description="Sentinel addresses `host:port,host:port`, instead of a `redis+sentinel://` URL "
-        "(`url` may then give the password, db and `rediss` for TLS).",
-    )
-    sentinel_master: str | None = Field(
-        None, description="Master name the sentinels watch (default: from the URL, else `mymaster`)."
-    )
+        "(`rediss+sentinel` / `rediss+cluster` for TLS); unset (and no `sentinels`) = in-process mode."))
+    mode: Literal["auto", "standalone", "sentinel", "cluster"] = Field("auto", description=(
+        "`auto`: from the URL's scheme (`sentinel` also when `sentinels` is set), else `standalone`; "
+        "`cluster` makes a plain `redis://host:port` URL name a cluster node."))
+    sentinels: str | None = Field(None, description=(
+        "Sentinel addresses `host:port,host:port`, instead of a `redis+sentinel://` URL (`url` may then "
+        "give the password, db and `rediss` for TLS)."))
+    sentinel_master: str | None = Field(None, description="Master name the sentinels watch (default: from "
+                                        "the URL, else `mymaster`).")
     sentinel_username: SecretStr | None = Field(None, description="ACL user of the sentinels themselves.")
     sentinel_password: SecretStr | None = Field(None, description="Password of the sentinels themselves.")
     username: str | None = Field(None, description="ACL user for Redis when the URL names none.")
     password: SecretStr | None = Field(None, description="Redis password when the URL carries none.")
-    ssl_ca_certs: str | None = Field(
-        None, description="TLS: PEM file of the CA that signed the server certificates (default: the system's)."
-    )
-    ssl_certfile: str | None = Field(
-        None, description="TLS: client certificate (PEM) for servers that require one (`tls-auth-clients`)."
-    )
+    ssl_ca_certs: str | None = Field(None, description="TLS: PEM file of the CA that signed the server "
+                                     "certificates (default: the system's).")
+    ssl_certfile: str | None = Field(None, description="TLS: client certificate (PEM) for servers that "
+                                     "require one (`tls-auth-clients`).")
     ssl_keyfile: str | None = Field(None, description="TLS: the client certificate's private key (PEM).")
     ssl_cert_reqs: Literal["required", "optional", "none"] = Field(
-        "required", description="TLS: verify the server certificate (`none` only for tests)."
-    )
-    ssl_check_hostname: bool = Field(
-        True, description="TLS: the server certificate must name the host connected to."
-    )
-    wait_replicas: int = Field(
-        0, ge=0, le=16,
-        description="Sentinel: replicas that should confirm each buffered message (`WAIT`); an unconfirmed one "
-        "written to a server that is no longer the master is kept in-process and moved later, so a "
-        "failover loses none. 0 = do not wait.",
-    )
-    wait_timeout_ms: int = Field(
-        100, ge=1, description="Milliseconds a buffered write waits for `wait_replicas` confirmations."
-    )
+        "required", description="TLS: verify the server certificate (`none` only for tests).")
+    ssl_check_hostname: bool = Field(True, description="TLS: the server certificate must name the host.")
+    wait_replicas: int = Field(0, ge=0, le=16, description=(
+        "Sentinel: replicas that should confirm each buffered message (`WAIT`); an unconfirmed one written "
+        "to a server that is no longer the master is kept in-process and moved later, so a failover loses "
+        "none. 0 = do not wait."))
+    wait_timeout_ms: int = Field(100, ge=1, description="Milliseconds a buffered write waits for "
+                                 "`wait_replicas` confirmations.")
     key_prefix: str = Field("hm:", description="Prefix of every Redis key (no `{` or `}`: hash tags are ours).")
     socket_timeout: float = Field(1.0, gt=0, description="Seconds per Redis command.")
     retry_after_seconds: float = Field(
