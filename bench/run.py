@@ -41,6 +41,9 @@ class Bench:
     title: str
     module: str
     what: str
+    #: Run in the smoke test (``make test``)? Not when even the smallest run mostly waits on
+    #: servers (a Sentinel failover takes ~10 s whatever the size).
+    smoke: bool = True
 
 
 BENCHES = (
@@ -63,7 +66,7 @@ BENCHES = (
           "extractions) at three sizes: throughput, latency per operation, store and Redis cost per turn."),
     Bench("failover", "8. Redis Sentinel failover mid-conversation", "bench.bench_failover",
           "Messages acknowledged then lost, and place-lock safety, through SENTINEL FAILOVER and kill -9 of the "
-          "master, with and without redis.wait_replicas."),
+          "master, with and without redis.wait_replicas.", smoke=False),
 )
 
 
