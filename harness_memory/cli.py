@@ -25,6 +25,7 @@ from .control.bundle import Bundle, export_places
 from .control.bundle_import import BundleInvalid, ImportTarget, apply_import, plan_import
 from .control.places import Scope, discover_places, parse_scope, place_path
 from .errors import HarnessMemoryError, InvalidName, ObjectNotFound
+from .redis_client import describe as describe_redis
 from .services import MemoryServices
 
 log = logging.getLogger("harness_memory.cli")
@@ -93,7 +94,7 @@ def cmd_serve(cfg: MemoryConfig, args: argparse.Namespace) -> int:
         log.warning("serving on %s without server.api_token: anyone who reaches it can act as any user "
                     "(set HARNESS_MEMORY_SERVER_API_TOKEN)", host)
     print(f"harness-memory: serving http://{host}:{port} (store: {cfg.store.effective_backend}, "
-          f"redis: {'on' if cfg.redis.url else 'off, in-process buffer'})", file=sys.stderr, flush=True)
+          f"redis: {describe_redis(cfg.redis)})", file=sys.stderr, flush=True)
     uvicorn.run(create_app(cfg), host=host, port=port, log_level=args.log_level)
     return 0
 

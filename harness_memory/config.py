@@ -15,12 +15,13 @@ the field name in upper case (``store.cos_bucket`` -> ``HARNESS_MEMORY_COS_BUCKE
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 ENV_PREFIX = "HARNESS_MEMORY_"
 
@@ -76,14 +77,68 @@ class StoreConfig(_Section):
 
 
 class RedisConfig(_Section):
-    """The shared hot buffer and lock server; absent means in-process mode."""
+    """The shared hot buffer and lock server; absent means in-process mode. One server, TLS,
+    Sentinel or Cluster: ``redis_client.make_redis`` turns these settings into the one client."""
 
-    url: str | None = Field(None, description="`redis://host:port/db`; unset = in-process mode.")
-    key_prefix: str = Field("hm:", description="Prefix of every Redis key.")
+    url: str | None = Field(None, description=(
+        "Where Redis is: `redis://host:port/db`, `rediss://…` (TLS), `unix:///path.sock`, "
+        "`redis+sentinel://host:port,host:port/<master>/<db>` or `redis+cluster://host:port,host:port` "
+        "(`rediss+sentinel` / `rediss+cluster` for TLS); unset (and no `sentinels`) = in-process mode."))
+    mode: Literal["auto", "standalone", "sentinel", "cluster"] = Field("auto", description=(
+        "`auto`: from the URL's scheme (`sentinel` also when `sentinels` is set), else `standalone`; "
+        "`cluster` makes a plain `redis://host:port` URL name a cluster node."))
+    sentinels: str | None = Field(None, description=(
+        "Sentinel addresses `host:port,host:port`, instead of a `redis+sentinel://` URL (`url` may then "
+        "give the password, db and `rediss` for TLS)."))
+    sentinel_master: str | None = Field(None, description="Master name the sentinels watch (default: from "
+                                        "the URL, else `mymaster`).")
+    sentinel_username: SecretStr | None = Field(None, description="ACL user of the sentinels themselves.")
+    sentinel_password: SecretStr | None = Field(None, description="Password of the sentinels themselves.")
+    username: str | None = Field(None, description="ACL user for Redis when the URL names none.")
+    password: SecretStr | None = Field(None, description="Redis password when the URL carries none.")
+    ssl_ca_certs: str | None = Field(None, description="TLS: PEM file of the CA that signed the server "
+                                     "certificates (default: the system's).")
+    ssl_certfile: str | None = Field(None, description="TLS: client certificate (PEM) for servers that "
+                                     "require one (`tls-auth-clients`).")
+    ssl_keyfile: str | None = Field(None, description="TLS: the client certificate's private key (PEM).")
+    ssl_cert_reqs: Literal["required", "optional", "none"] = Field(
+        "required", description="TLS: verify the server certificate (`none` only for tests).")
+    ssl_check_hostname: bool = Field(True, description="TLS: the server certificate must name the host.")
+    wait_replicas: int = Field(0, ge=0, le=16, description=(
+        "Sentinel: replicas that should confirm each buffered message (`WAIT`); an unconfirmed one written "
+        "to a server that is no longer the master is kept in-process and moved later, so a failover loses "
+        "none. 0 = do not wait."))
+    wait_timeout_ms: int = Field(100, ge=1, description="Milliseconds a buffered write waits for "
+                                 "`wait_replicas` confirmations.")
+    key_prefix: str = Field("hm:", description="Prefix of every Redis key (no `{` or `}`: hash tags are ours).")
     socket_timeout: float = Field(1.0, gt=0, description="Seconds per Redis command.")
     retry_after_seconds: float = Field(
         30.0, ge=0, description="After Redis fails, seconds before it is probed again."
     )
+
+    @field_validator("key_prefix")
+    @classmethod
+    def _no_hash_tag(cls, value: str) -> str:
+        # Keys of one operation share a Redis Cluster hash tag we put in braces; a brace in the
+        # prefix would become the tag of every key (one hot slot) or split a session's keys.
+        if "{" in value or "}" in value:
+            raise ValueError("must not contain { or }")
+        return value
+
+    @model_validator(mode="after")
+    def _parses(self) -> RedisConfig:
+        from .redis_client import target_for  # the one parser of these settings (it imports this module)
+
+        try:
+            target_for(self)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        """Whether Redis is configured at all (else every part runs in-process)."""
+        return bool(self.url or self.sentinels)
 
 
 class LimitsConfig(_Section):
@@ -303,11 +358,13 @@ class MemoryConfig(_Section):
             for key, value in section.items():
                 if value is not None and _is_secret(key):
                     section[key] = "***"
+        if out["redis"]["url"]:  # redis://user:PASSWORD@host
+            out["redis"]["url"] = re.sub(r"(://[^/@]*?:)[^/@]*@", r"\1***@", out["redis"]["url"])
         return out
 
 
 def _is_secret(field: str) -> bool:
-    return field.endswith(("secret_id", "secret_key", "_token", "api_key")) or field == "api_token"
+    return field.endswith(("secret_id", "secret_key", "_token", "api_key", "password")) or field == "api_token"
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -371,8 +428,6 @@ def markdown_table() -> str:
 
 def write_readme_table(path: str | Path) -> None:
     """Replace the table between the README's ``config-table`` markers with ``markdown_table()``."""
-    import re
-
     readme = Path(path)
     text = readme.read_text(encoding="utf-8")
     block = re.compile(r"(<!-- config-table:start -->\n).*?(\n<!-- config-table:end -->)", re.S)

@@ -24,15 +24,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
-import redis
 from filelock import FileLock
 from filelock import Timeout as FileLockTimeout
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
-from .config import RedisConfig
 from .errors import LockTimeout
 from .observe import DISABLED, Telemetry
+from .redis_client import REDIS_ERRORS, RedisClient
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +94,7 @@ class LocalLocker:
 class RedisLocker:
     """Distributed lock on one Redis; falls back to ``fallback`` while Redis is unreachable."""
 
-    def __init__(self, client: redis.Redis, *, prefix: str = "hm:", ttl: float = 15.0, wait: float = 20.0,
+    def __init__(self, client: RedisClient, *, prefix: str = "hm:", ttl: float = 15.0, wait: float = 20.0,
                  fallback: LocalLocker | None = None, retry_after: float = 30.0,
                  telemetry: Telemetry = DISABLED) -> None:
         self.telemetry = telemetry
@@ -128,7 +125,7 @@ class RedisLocker:
         started = time.monotonic()
         try:
             acquired = self._acquire(key, token, ttl, wait)
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:  # any topology: RedisClusterException is not a RedisError
             self.telemetry.lock_acquired("redis", "fallback", time.monotonic() - started)
             self._down_until = time.monotonic() + self.retry_after
             if not self._warned:
@@ -151,7 +148,7 @@ class RedisLocker:
                     self.telemetry.lease_lost("place")
                     log.warning("the lock %s expired before its holder finished (held past its %gs TTL)",
                                 name, ttl)
-            except redis.RedisError as exc:  # the TTL frees it
+            except REDIS_ERRORS as exc:  # the TTL frees it
                 log.warning("could not release lock %s (%s); it expires in %.0fs", name, exc, ttl)
 
     def _acquire(self, key: str, token: str, ttl: float, wait: float) -> bool:
@@ -164,19 +161,3 @@ class RedisLocker:
                 return False
             time.sleep(pause + secrets.randbelow(1000) / 1_000_000)
             pause = min(pause * 2, 0.05)
-
-
-def make_redis(cfg: RedisConfig) -> redis.Redis | None:
-    """A sync Redis client with short timeouts, or None when no URL is configured."""
-    if not cfg.url:
-        return None
-    # No client-side retries: redis-py's default retry turns one failed command against a dead
-    # server into ~4 s of backoff; callers here degrade on the first failure instead.
-    return redis.Redis.from_url(
-        cfg.url,
-        socket_timeout=cfg.socket_timeout,
-        socket_connect_timeout=cfg.socket_timeout,
-        health_check_interval=30,
-        retry_on_timeout=False,
-        retry=Retry(NoBackoff(), 0),
-    )

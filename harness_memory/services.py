@@ -33,16 +33,16 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import redis
 from pydantic import SecretStr
 
 from .config import MemoryConfig
 from .errors import ModelNotConfigured
 from .layout import Place
 from .llm import LightModel
-from .locks import LocalLocker, Locker, RedisLocker, make_redis
+from .locks import LocalLocker, Locker, RedisLocker
 from .memdir import CappedText, Manifest, MemoryDir
 from .observe import Telemetry, wrap_context
+from .redis_client import RedisClient, make_redis
 from .storage import LocalStore, ObjectStore, make_store
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ class MemoryServices:
 
     config: MemoryConfig
     store: ObjectStore
-    redis: redis.Redis | None
+    redis: RedisClient | None
     locker: Locker
     io: ThreadPoolExecutor
     work: ThreadPoolExecutor

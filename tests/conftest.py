@@ -22,9 +22,10 @@ os.environ["AGNO_TELEMETRY"] = "false"  # before any test imports agno
 
 from harness_memory.config import MemoryConfig
 from harness_memory.storage import CosStore, LocalStore, ObjectStore
+from tests.redis_topologies import topology_settings
 from tests.servers import RedisServer, SeaweedFS
 
-pytest_plugins = ["tests.fakellm_fixtures"]
+pytest_plugins = ["tests.fakellm_fixtures", "tests.redis_topology_fixtures"]
 
 MakeConfig = Callable[..., MemoryConfig]
 
@@ -109,11 +110,13 @@ def store(request: pytest.FixtureRequest) -> ObjectStore:
 
 @pytest.fixture
 def make_config(request: pytest.FixtureRequest, tmp_path: Path) -> MakeConfig:
-    """Factory: ``make_config(backend="local"|"cos", redis=False|True, **section_overrides)``.
+    """Factory: ``make_config(backend="local"|"cos", redis=False|True|TOPOLOGY, **section_overrides)``.
 
     Every config made in one test shares that test's local root, bucket and Redis key prefix
     (so two "pods" built from two configs see each other) and differs from every other test.
     Section overrides are dicts merged into that section (``limits={"max_file_bytes": 1000}``).
+    ``redis=True`` is the plain ``redis_server``; a name (``"tls"``, ``"sentinel"``, ``"cluster"``)
+    is that session topology from ``tests.redis_topology_fixtures``.
     The process environment and YAML are ignored, so the machine's settings never leak in.
     """
     state: dict[str, Any] = {}
@@ -124,7 +127,7 @@ def make_config(request: pytest.FixtureRequest, tmp_path: Path) -> MakeConfig:
         return str(state["bucket"])
 
     def factory(
-        backend: Literal["local", "cos"] = "local", redis: bool = False, **sections: dict[str, Any]
+        backend: Literal["local", "cos"] = "local", redis: bool | str = False, **sections: dict[str, Any]
     ) -> MemoryConfig:
         if backend == "cos":
             server: SeaweedFS = request.getfixturevalue("seaweedfs")
@@ -137,9 +140,9 @@ def make_config(request: pytest.FixtureRequest, tmp_path: Path) -> MakeConfig:
         data: dict[str, dict[str, Any]] = {"store": store,
                                            "agent": {"snapshots_dir": str(tmp_path / "no-snapshots")}}
         if redis:
-            server_r: RedisServer = request.getfixturevalue("redis_server")
+            settings = topology_settings(request, "standalone" if redis is True else str(redis))
             prefix = state.setdefault("redis_prefix", _unique("t-") + ":")
-            data["redis"] = {"url": server_r.url, "key_prefix": prefix, "socket_timeout": 2.0}
+            data["redis"] = {**settings, "key_prefix": prefix, "socket_timeout": 2.0}
         for section, values in sections.items():
             data.setdefault(section, {}).update(values)
         return MemoryConfig.load(env={}, **data)

@@ -40,7 +40,7 @@ from pathlib import Path
 
 HOST = "127.0.0.1"
 STOP_GRACE_SECONDS = 3.0
-_LIVE: set[_Process] = set()
+_LIVE: set[ServerProcess] = set()
 _LIVE_LOCK = threading.Lock()
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -120,7 +120,7 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-class _Process:
+class ServerProcess:
     """A child process writing to a log file, registered for the atexit backstop."""
 
     def __init__(self, argv: list[str], *, log_path: Path, env: dict[str, str], cwd: Path) -> None:
@@ -186,7 +186,7 @@ def _stop_leftovers() -> None:
             proc.stop(grace=1.0)
 
 
-def _wait_until(ready: Callable[[], bool], proc: _Process, deadline: float, what: str) -> None:
+def _wait_until(ready: Callable[[], bool], proc: ServerProcess, deadline: float, what: str) -> None:
     while time.monotonic() < deadline:
         if not proc.alive():
             raise ServerStartError(
@@ -261,7 +261,7 @@ class SeaweedFS:
         self.volume_max = volume_max
         self.ports: dict[str, int] = {}
         self.dir: Path | None = None
-        self._proc: _Process | None = None
+        self._proc: ServerProcess | None = None
 
     @property
     def s3_port(self) -> int:
@@ -321,7 +321,7 @@ class SeaweedFS:
             f"-bucket={self.boot_bucket}",
         ]
         env = _clean_env(("AWS_", "S3_", "WEED_"), self.dir)
-        self._proc = _Process(argv, log_path=self.dir / "weed.log", env=env, cwd=self.dir)
+        self._proc = ServerProcess(argv, log_path=self.dir / "weed.log", env=env, cwd=self.dir)
         url = f"{self.endpoint}/{self.boot_bucket}?max-keys=1"
         _wait_until(
             lambda: _http_status(url, timeout=1.0) == 200,
@@ -388,7 +388,7 @@ class RedisServer:
         self.binary = binary
         self.start_timeout = start_timeout
         self.dir = _make_dir("hm-redis-", base_dir)
-        self._proc: _Process | None = None
+        self._proc: ServerProcess | None = None
 
     @property
     def url(self) -> str:
@@ -425,7 +425,7 @@ class RedisServer:
                 "--protected-mode",
                 "yes",
             ]
-            self._proc = _Process(argv, log_path=self.log_path, env=dict(os.environ), cwd=self.dir)
+            self._proc = ServerProcess(argv, log_path=self.log_path, env=dict(os.environ), cwd=self.dir)
             try:
                 _wait_until(
                     self.ping,

@@ -16,9 +16,8 @@ import asyncio
 import json
 import sys
 
-import redis
-
 from harness_memory.config import MemoryConfig
+from harness_memory.redis_client import make_redis
 from harness_memory.services import MemoryServices
 from harness_memory.session import SessionMemoryManager
 
@@ -52,7 +51,8 @@ async def main() -> dict[str, object]:
                        second_requests=store.request_count - middle)
         elif command == "race":
             count, go_key = int(sys.argv[3]), sys.argv[4]
-            client = redis.Redis.from_url(str(services.config.redis.url), socket_timeout=30)
+            client = make_redis(services.config.redis.model_copy(update={"socket_timeout": 30}))
+            assert client is not None
             client.incr(go_key + ":ready")  # the test pushes the go tokens once every pod is here
             client.blpop([go_key], timeout=20)
             results = await asyncio.gather(*(manager.maybe_extract(session) for _ in range(count)))

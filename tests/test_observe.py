@@ -116,7 +116,7 @@ def test_redis_lease_loss_and_fallback(tmp_path: Path) -> None:
     t = Telemetry(tracing=False)
     try:
         from harness_memory.config import RedisConfig
-        from harness_memory.locks import make_redis
+        from harness_memory.redis_client import make_redis
 
         client = make_redis(RedisConfig(url=server.url, socket_timeout=0.5))
         assert client is not None

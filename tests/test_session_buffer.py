@@ -1,5 +1,6 @@
-"""The session hot buffer: Redis mode and in-process mode pass the same contract, on a real
-redis-server; outage → in-process with one warning; recovery moves the buffered messages back."""
+"""The session hot buffer: in-process mode and Redis mode on every topology (one server, TLS,
+Sentinel, a 3-master Cluster — real servers) pass the same contract; outage → in-process with one
+warning; recovery moves the buffered messages back."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 import redis
 
 from harness_memory.session import BufferedMessage, CommitOutcome, SessionBuffer
+from tests.redis_topologies import TOPOLOGIES, Topology, topology_settings
 from tests.servers import RedisServer
 
 
@@ -39,13 +41,19 @@ def redis_client(redis_server: Any) -> Iterator[redis.Redis]:
     client.close()
 
 
-@pytest.fixture(params=["redis", "local"])
-def buffer(request: pytest.FixtureRequest) -> SessionBuffer:
+@pytest.fixture(params=["local", *TOPOLOGIES])
+def buffer(request: pytest.FixtureRequest) -> Iterator[SessionBuffer]:
+    """The in-process buffer, then the Redis buffer on each topology (a cross-slot command
+    would raise here: the cluster client refuses it before sending)."""
     clock = Clock()
     if request.param == "local":
-        return SessionBuffer(None, clock=clock)
-    client = request.getfixturevalue("redis_client")
-    return SessionBuffer(client, key_prefix=f"tb-{uuid.uuid4().hex[:8]}:", clock=clock)
+        yield SessionBuffer(None, clock=clock)
+        return
+    client = Topology(request.param, topology_settings(request, request.param)).client()
+    buf = SessionBuffer(client, key_prefix=f"tb-{uuid.uuid4().hex[:8]}:", clock=clock)
+    yield buf
+    assert buf.mode == "redis" and buf.warnings == 0  # never fell back: the contract ran on Redis
+    client.close()
 
 
 def contents(entries: list[BufferedMessage]) -> list[str]:
@@ -224,3 +232,35 @@ def test_buffered_message_json_round_trip_and_foreign_entries() -> None:
     assert BufferedMessage.from_json(m.to_json()) == m
     assert BufferedMessage.from_json(b"not json") is None
     assert BufferedMessage.from_json('{"c": "no role"}') is None
+
+
+def test_replicated_collects_are_confirmed_or_stay_on_the_current_master(redis_sentinel: Any) -> None:
+    """``redis.wait_replicas`` (Sentinel): the set has one replica. One confirmation: stored and
+    already on the replica. Two (never confirmed): the write went to the master the sentinels
+    name, so it is kept in Redis and counted as unreplicated — not copied in-process, where every
+    later move would store it again. (Writes to a demoted master: ``make bench``, failover.)"""
+    client = Topology("sentinel", redis_sentinel.settings()).client()
+    try:
+        ok = SessionBuffer(client, key_prefix=f"tw-{uuid.uuid4().hex[:8]}:", wait_replicas=1, wait_timeout_ms=2000)
+        state = ok.collect("s", [msg(0), msg(1)], cap=10, ttl=600)
+        assert ok.mode == "redis" and state.total == 2 and ok.local_collects == 0
+        assert ok.redis is not None and ok.redis.unreplicated == 0
+        replica = redis_sentinel.replica.client()
+        assert replica.llen(ok.redis.messages_key("s")) == 2  # on the replica already
+
+        lagging = SessionBuffer(client, key_prefix=f"tw-{uuid.uuid4().hex[:8]}:", wait_replicas=2,
+                                wait_timeout_ms=50)
+        lagging.collect("s", [msg(0)], cap=10, ttl=600)
+        lagging.collect("s", [msg(1)], cap=10, ttl=600)
+        assert lagging.mode == "redis" and lagging.local_collects == 0 and lagging.warnings == 0
+        assert lagging.redis is not None and lagging.redis.unreplicated == 2
+        assert contents(lagging.entries("s")) == ["message 0 你好", "message 1 你好"]
+    finally:
+        client.close()
+
+
+def test_wait_replicas_needs_sentinel() -> None:
+    from harness_memory.config import ConfigError, MemoryConfig
+
+    with pytest.raises(ConfigError, match="wait_replicas needs Sentinel"):
+        MemoryConfig.load(env={}, redis={"url": "redis://127.0.0.1:1/0", "wait_replicas": 1})

@@ -20,7 +20,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable
 
-import redis
+from ..redis_client import REDIS_ERRORS, RedisClient
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ class SurfacedTracker:
 
     def __init__(
         self,
-        client: redis.Redis | None = None,
+        client: RedisClient | None = None,
         *,
         key_prefix: str = "hm:",
         ttl_seconds: int = 3600,
@@ -68,7 +68,7 @@ class SurfacedTracker:
             try:
                 members = client.smembers(self.key(session_id, user_id, agent_type))
                 return local | {m.decode("utf-8") if isinstance(m, bytes) else str(m) for m in members}
-            except redis.RedisError as exc:
+            except REDIS_ERRORS as exc:
                 self._redis_failed(exc)
         return local
 
@@ -86,7 +86,7 @@ class SurfacedTracker:
                 pipe.expire(key, self.ttl_seconds)
                 pipe.execute()
                 return
-            except redis.RedisError as exc:
+            except REDIS_ERRORS as exc:
                 self._redis_failed(exc)
         self._local_add(self.scope(session_id, user_id, agent_type), names)
 
@@ -99,11 +99,11 @@ class SurfacedTracker:
         if client is not None:
             try:
                 client.delete(self.key(session_id, user_id, agent_type))
-            except redis.RedisError as exc:
+            except REDIS_ERRORS as exc:
                 self._redis_failed(exc)
 
     # -- internals --------------------------------------------------------------------------
-    def _redis(self) -> redis.Redis | None:
+    def _redis(self) -> RedisClient | None:
         if self.client is None or time.monotonic() < self._redis_down_until:
             return None
         return self.client

@@ -35,8 +35,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Literal, TypeVar
 
-import redis
-
+from ..redis_client import REDIS_ERRORS, RedisClient, is_unavailable
 from .local_backend import LocalBuffer
 from .records import BufferedMessage, CommitOutcome, PendingBatch, SessionState
 from .redis_backend import RedisBuffer
@@ -45,25 +44,41 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Mode = Literal["redis", "local"]
-#: Errors that mean "Redis is not there"; anything else (a script bug, WRONGTYPE) is raised.
-UNAVAILABLE = (redis.ConnectionError, redis.TimeoutError, OSError)
+
+
+class _Unavailable(Exception):
+    """Redis is not there (outage, failover): the operation is redone in-process."""
+
+
+def _redis_call(fn: Callable[[], T]) -> T:
+    """Run one Redis operation; an outage of any topology becomes ``_Unavailable`` (see
+    ``redis_client.is_unavailable``), anything else (a script bug, WRONGTYPE, cross-slot keys)
+    is raised as it is."""
+    try:
+        return fn()
+    except REDIS_ERRORS as exc:
+        if is_unavailable(exc):
+            raise _Unavailable(str(exc)) from exc
+        raise
 
 
 class SessionBuffer:
     """One pod's view of the session buffer; thread-safe; every method may be called from any
-    thread. Only ``redis.RedisError`` other than connection failures escapes (a bug, not an
-    outage)."""
+    thread. Only Redis errors other than an outage escape (a bug, not an outage)."""
 
     def __init__(
         self,
-        client: redis.Redis | None,
+        client: RedisClient | None,
         *,
         key_prefix: str = "hm:",
         retry_after_seconds: float = 30.0,
+        wait_replicas: int = 0,
+        wait_timeout_ms: int = 100,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.redis = RedisBuffer(client, key_prefix) if client is not None else None
+        self.redis = (RedisBuffer(client, key_prefix, wait_replicas=wait_replicas, wait_timeout_ms=wait_timeout_ms)
+                      if client is not None else None)
         self.local = LocalBuffer(clock)
         self.retry_after = retry_after_seconds
         self.clock = clock
@@ -75,6 +90,7 @@ class SessionBuffer:
         self._migrate_all = False
         self._migrating = threading.Lock()
         self.warnings = 0  # outage warnings logged (tests and health output read it)
+        self.local_collects = 0  # collects buffered in-process while Redis is configured (outages)
 
     # -- mode ---------------------------------------------------------------------------------
     @property
@@ -95,9 +111,9 @@ class SessionBuffer:
             if self._up is False and self._monotonic() < self._retry_at:
                 return False
         try:
-            self.redis.ping()
-        except UNAVAILABLE as exc:
-            self._mark_down(exc)
+            _redis_call(self.redis.ping)
+        except _Unavailable as exc:
+            self._mark_down(exc.__cause__ or exc)
             return False
         self._mark_up()
         return True
@@ -127,12 +143,13 @@ class SessionBuffer:
              on_local: Callable[[LocalBuffer], T]) -> T:
         if self._use_redis():
             assert self.redis is not None
+            redis_buffer = self.redis
             try:
                 if session_id is not None and session_id in self.local:
                     self._migrate(session_id)
-                return on_redis(self.redis)
-            except UNAVAILABLE as exc:
-                self._mark_down(exc)
+                return _redis_call(lambda: on_redis(redis_buffer))
+            except _Unavailable as exc:
+                self._mark_down(exc.__cause__ or exc)
         return on_local(self.local)
 
     # -- migration after an outage ------------------------------------------------------------
@@ -145,12 +162,17 @@ class SessionBuffer:
                 return False
             state, pending = taken
             cap = max(self._cap, len(pending))
-            try:
+            redis_buffer = self.redis
+
+            def move() -> None:
                 if pending:
-                    self.redis.collect(session_id, pending, cap=cap, ttl=self._ttl, now=self.clock())
+                    redis_buffer.collect(session_id, pending, cap=cap, ttl=self._ttl, now=self.clock())
                 if state.summary_version:
-                    self.redis.raise_summary_version(session_id, state.summary_version)
-            except UNAVAILABLE:  # put them back; they are moved next time
+                    redis_buffer.raise_summary_version(session_id, state.summary_version)
+
+            try:
+                _redis_call(move)
+            except _Unavailable:  # put them back; they are moved next time
                 if pending:
                     self.local.collect(session_id, pending, cap=cap, ttl=self._ttl, now=self.clock())
                 raise
@@ -164,8 +186,8 @@ class SessionBuffer:
         for sid in self.local.session_ids():
             try:
                 moved += self._migrate(sid)
-            except UNAVAILABLE as exc:
-                self._mark_down(exc)
+            except _Unavailable as exc:
+                self._mark_down(exc.__cause__ or exc)
                 break
         return moved
 
@@ -185,8 +207,14 @@ class SessionBuffer:
         return self._run(
             session_id,
             lambda r: r.collect(session_id, entries, cap=cap, ttl=ttl, now=now),
-            lambda lo: lo.collect(session_id, entries, cap=cap, ttl=ttl, now=now),
+            lambda lo: self._collect_locally(lo, session_id, entries, cap=cap, ttl=ttl, now=now),
         )
+
+    def _collect_locally(self, local: LocalBuffer, session_id: str, entries: Sequence[BufferedMessage], *,
+                         cap: int, ttl: int, now: float) -> SessionState:
+        if self.redis is not None:
+            self.local_collects += 1
+        return local.collect(session_id, entries, cap=cap, ttl=ttl, now=now)
 
     def state(self, session_id: str) -> SessionState | None:
         return self._run(session_id, lambda r: r.state(session_id), lambda lo: lo.state(session_id))

@@ -27,13 +27,12 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import redis
-
 from ..config import RedisConfig, SessionConfig
 from ..errors import StorageError
 from ..layout import validate_id
 from ..llm import warn_no_light_model
 from ..observe import DISABLED, Telemetry
+from ..redis_client import RedisClient
 from ..storage import ObjectStore
 from ..tokens import MESSAGE_OVERHEAD_TOKENS, count_tokens
 from .buffer import SessionBuffer
@@ -76,7 +75,7 @@ class SessionMemoryManager:
         store: ObjectStore,
         *,
         config: SessionConfig | None = None,
-        redis_client: redis.Redis | None = None,
+        redis_client: RedisClient | None = None,
         redis_config: RedisConfig | None = None,
         model: SummaryModel | None = None,
         key_prefix: str = "memory/",
@@ -91,7 +90,8 @@ class SessionMemoryManager:
         self.model = model
         self.clock = clock
         self.buffer = SessionBuffer(redis_client, key_prefix=rcfg.key_prefix,
-                                    retry_after_seconds=rcfg.retry_after_seconds, clock=clock)
+                                    retry_after_seconds=rcfg.retry_after_seconds, clock=clock,
+                                    wait_replicas=rcfg.wait_replicas, wait_timeout_ms=rcfg.wait_timeout_ms)
         self.cache = SummaryCache(self.cfg.lru_size)
         self.summariser = Summariser(store, self.buffer, self.cache, self.cfg, key_prefix=key_prefix,
                                      clock=clock, telemetry=telemetry)
