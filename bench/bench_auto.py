@@ -4,15 +4,19 @@ Run: ``.venv/bin/python -m bench.bench_auto`` (starts a scripted OpenAI-compatib
 127.0.0.1; the store is a temporary local directory; no network).
 
 A real agno ``Agent`` (``OpenAILike`` → the scripted server) runs 100 turns (English and Chinese,
-a few stated preferences, two corrections, a confirmation) with the auto-memory post-hook and —
-when the session-memory module is importable — the session-memory post-hook too. Every request
-is classified and counted AT THE SERVER: prompt tokens = the messages it received, completion
-tokens = the answer it sent (``count_message_tokens`` / ``count_tokens``, the library's measure).
+a few stated preferences, two corrections, a confirmation) with the session-memory and the
+auto-memory post-hooks, in ``build_agent``'s order and with a session id bound to the user as
+``build_agent`` binds it. Every request is classified and counted AT THE SERVER: prompt tokens =
+the messages it received, completion tokens = the answer it sent (``count_message_tokens`` /
+``count_tokens``, the library's measure). A session summary with the extraction riding along is
+ONE request ("summary + extraction calls"); the scripted model answers both parts, and quotes the
+user's words as evidence, as the extraction prompt asks.
 
-Time is virtual for the auto-memory queue (``AutoMemory(clock=…, start_worker=False)`` +
+Time is virtual for the auto-memory queue (``services.auto_memory(clock=…, start_worker=False)`` +
 ``run_due``), so a 100-turn conversation at a human pace (an hour or more) runs in seconds and
-the debounce / max-wait / min-interval rules act exactly as they would in real time. Session
-summaries are token-triggered (not time-triggered) and run for real in the background.
+the debounce / max-wait / min-interval / summary-wait rules act exactly as they would in real
+time. Session summaries are token-triggered (not time-triggered) and run for real in the
+background. "facts learned" counts the eight facts the conversation states that ended up stored.
 
 Paces: the gap between two user messages (reading the answer + typing). After the last turn
 the user leaves: one more hour of virtual time passes, so the final extraction runs.
@@ -31,24 +35,21 @@ from typing import Any
 from agno.agent import Agent
 from agno.models.openai.like import OpenAILike
 
-from harness_memory.auto import AutoMemory
 from harness_memory.config import MemoryConfig
 from harness_memory.services import MemoryServices
+from harness_memory.session import make_session_post_hook, session_manager_for
+from harness_memory.session.binding import bind_session_id
+from harness_memory.session.combined import COMBINED_MARKER
+from harness_memory.session.summary import PROMPT_MARKER
 from harness_memory.tokens import count_message_tokens, count_tokens, tokenizer_status
 from tests.fakellm import Answer, RecordedRequest, ScriptedLLM, text
 
-from .common import p50, pct, scratch_dir, table
-
-try:  # session summaries come from the session-memory module (another engineer's): count them if present
-    from harness_memory.session import make_session_post_hook, session_manager_for
-    from harness_memory.session.summary import PROMPT_MARKER
-except ImportError:  # pragma: no cover - the bench still measures auto memory alone
-    make_session_post_hook = session_manager_for = None  # type: ignore[assignment]
-    PROMPT_MARKER = "\x00no-session-module"
+from .common import extraction_conversation, p50, pct, scratch_dir, table
 
 TURNS = 100
 
-# Statements the scripted extractor "recognises" (marker in the conversation -> fact it returns).
+# Statements the scripted extractor "recognises": marker in the conversation -> (fact, category,
+# confidence, source error); the marker is also the evidence it quotes, as the prompt asks.
 SALIENT = {
     "I'm a frontend engineer": ("Is a frontend engineer", "context", 0.95, None),
     "TypeScript": ("Works in TypeScript", "knowledge", 0.9, None),
@@ -101,11 +102,16 @@ class Server:
     """Classifies and counts every request; answers like an agent, an extractor or a summariser."""
 
     replies: dict[str, str]
-    tallies: dict[str, Tally] = field(default_factory=lambda: {k: Tally() for k in ("agent", "auto", "session")})
+    tallies: dict[str, Tally] = field(default_factory=lambda: {k: Tally() for k in ("agent", "auto", "session",
+                                                                                    "combined")})
 
     def __call__(self, req: RecordedRequest) -> Answer:
         system = str(req.messages[0].get("content")) if req.messages else ""
-        if PROMPT_MARKER in system:
+        if system.startswith(COMBINED_MARKER):  # a summary with the extraction riding along: both parts
+            kind = "combined"
+            content = (f"<session_summary>\n{self._summary(req)}</session_summary>\n"
+                       f"<memory_update>\n{self._extract(req)}\n</memory_update>")
+        elif PROMPT_MARKER in system:
             kind, content = "session", self._summary(req)
         elif (req.body or {}).get("response_format") == {"type": "json_object"}:
             kind, content = "auto", self._extract(req)
@@ -120,9 +126,9 @@ class Server:
 
     @staticmethod
     def _extract(req: RecordedRequest) -> str:
-        prompt = str(req.messages[-1]["content"])
-        convo = prompt.split("<conversation>", 1)[1].split("</conversation>", 1)[0]
-        facts = [{"content": c, "category": cat, "confidence": conf, **({"sourceError": e} if e else {})}
+        convo = extraction_conversation(str(req.messages[-1]["content"]))
+        facts = [{"content": c, "category": cat, "confidence": conf, "evidence": marker,
+                  **({"sourceError": e} if e else {})}
                  for marker, (c, cat, conf, e) in SALIENT.items() if marker in convo]
         topics = sorted(set(re.findall(r"implement (.+?) in our", convo)))[:3]
         answer: dict[str, Any] = {"newFacts": facts, "factsToRemove": []}
@@ -169,7 +175,7 @@ def run_scenario(name: str, pace: Pace, auto_cfg: dict[str, Any], with_session: 
                             auto=auto_cfg)
     services = MemoryServices.from_config(cfg)
     clock = Clock()
-    auto = AutoMemory(services, clock=clock, start_worker=False)
+    auto = services.auto_memory(clock=clock, start_worker=False)
     hook = auto.make_post_hook("default")
     hook_ms: list[float] = []
 
@@ -179,13 +185,15 @@ def run_scenario(name: str, pace: Pace, auto_cfg: dict[str, Any], with_session: 
         hook(run_output=run_output, agent=agent, session=session, run_context=run_context, user_id=user_id)
         hook_ms.append((time.perf_counter() - t0) * 1000)
 
-    hooks: list[Callable[..., None]] = [timed_hook]
+    hooks: list[Callable[..., None]] = []
     manager = None
-    if with_session and session_manager_for is not None:
+    if with_session:  # in build_agent's order: the session hook first
         manager = session_manager_for(services)
         hooks.append(make_session_post_hook(manager))
+    hooks.append(timed_hook)
+    # build_agent binds the session id to its user (session.bind_to_user); so does the bench
     agent = Agent(model=OpenAILike(id="fake-model", base_url=llm.base_url, api_key="k"), telemetry=False,
-                  user_id="u1", session_id="bench-session", post_hooks=hooks)
+                  user_id="u1", session_id=bind_session_id("u1", "bench-session"), post_hooks=hooks)
     conv_tokens = 0
     for i, (user, reply) in enumerate(turns, start=1):
         clock.now += pace(i)
@@ -199,26 +207,30 @@ def run_scenario(name: str, pace: Pace, auto_cfg: dict[str, Any], with_session: 
     auto.run_due()
     minutes = sum(pace(i) for i in range(1, TURNS + 1)) / 60
     injected = auto.render_injection("u1")
-    facts = len(auto.list_facts("u1"))
+    stored = {f.content for f in auto.list_facts("u1")}
+    learned = sum(1 for fact, *_ in SALIENT.values() if fact in stored)
     if manager is not None:
         manager.close()
     auto.close(1)
     services.close()
     llm.stop()
     t = server_counts.tallies
-    return [name, f"{minutes:.0f}", conv_tokens, t["auto"].calls, t["auto"].prompt, t["auto"].completion,
-            t["session"].calls if manager is not None else "n/a", t["session"].prompt if manager else "n/a",
-            t["auto"].calls + t["session"].calls, facts, count_tokens(injected), p50(hook_ms), pct(hook_ms, 95)]
+    memory = ("auto", "session", "combined")
+    return [name, f"{minutes:.0f}", conv_tokens, t["auto"].calls, t["session"].calls if manager is not None else "n/a",
+            t["combined"].calls if manager is not None else "n/a", sum(t[k].calls for k in memory),
+            sum(t[k].prompt for k in memory), sum(t[k].completion for k in memory), len(stored),
+            f"{learned}/{len(SALIENT)}", count_tokens(injected), p50(hook_ms), pct(hook_ms, 95)]
 
 
-HEADERS = ["pace", "minutes", "conversation tok", "auto calls", "auto prompt tok", "auto completion tok",
-           "session calls", "session prompt tok", "memory calls total", "facts stored", "injected tok",
-           "hook p50 ms", "hook p95 ms"]
+HEADERS = ["pace", "minutes", "conversation tok", "extraction calls", "summary calls",
+           "summary + extraction calls", "memory calls total", "memory prompt tok", "memory completion tok",
+           "facts stored", "facts learned", "injected tok", "hook p50 ms", "hook p95 ms"]
 
 
 def run() -> str:
     defaults = MemoryConfig().auto
     rows = [run_scenario(name, pace, {}, with_session=True) for name, pace in PACES]
+    separate = [run_scenario(name, pace, {"combine_with_summary": False}, with_session=True) for name, pace in PACES]
     deerflow = [run_scenario(name, pace, {"min_interval_seconds": 0}, with_session=False)
                 for name, pace in PACES[1:4]]
     return "\n\n".join([
@@ -228,6 +240,8 @@ def run() -> str:
         f"{MemoryConfig().session.first_threshold_tokens}/{MemoryConfig().session.update_threshold_tokens} tok; "
         f"tokenizer: {tokenizer_status()})",
         table(HEADERS, rows),
+        "### The same with separate calls (`auto.combine_with_summary: false`)",
+        table(HEADERS, separate),
         "### Without the minimum interval (debounce + max wait only, DeerFlow-like), auto memory alone",
         table(HEADERS, deerflow),
     ])

@@ -18,10 +18,11 @@ the library's own measure (``harness_memory.tokens``), the same for both systems
 Pacing (harness-memory only; agno's memory work runs on every run whatever the pace): the user
 writes every 45 s (a human pace), and auto memory's timers run for real, on worker threads, but
 with time scaled down 300×: 45 s/turn → 0.15 s, debounce 30 s → 0.1 s, max wait 300 s → 1 s,
-minimum interval 1800 s → 6 s. So the debounced queue behaves as in production over the 75
-minutes the conversation would take, while the bench takes ~20 s. When the user leaves, the
-pending batch is flushed (it would run one minimum interval later). Session summaries are
-token-triggered, not time-triggered.
+minimum interval 1800 s → 6 s, summary wait 7200 s → 24 s. So the debounced queue behaves as in
+production over the 75 minutes the conversation would take, while the bench takes ~20 s (a turn
+that stalls for 6 s on a loaded machine counts as the user leaving: the extraction waiting for the
+next session summary then runs alone). When the user leaves, the pending batch is flushed (it
+would run one minimum interval later). Session summaries are token-triggered, not time-triggered.
 """
 
 from __future__ import annotations
@@ -35,9 +36,11 @@ from agno.agent import Agent
 from agno.models.openai.like import OpenAILike
 
 from harness_memory import build_agent
+from harness_memory.auto.hook import AutoMemoryHook
 from harness_memory.config import AutoMemoryConfig, MemoryConfig
-from harness_memory.services import MemoryServices, services_for
+from harness_memory.services import services_for
 from harness_memory.session import session_manager_for
+from harness_memory.session.binding import bind_session_id
 from harness_memory.tokens import count_tokens, tokenizer_status
 from tests.fakellm import ScriptedLLM
 
@@ -65,16 +68,6 @@ class RunReport:
     turn_ms: list[float] = field(default_factory=list)
 
 
-def _ensure_auto(agent: Agent, services: MemoryServices, user_id: str) -> bool:
-    """Attach auto memory if ``build_agent`` did not (older trees); True when the bench had to."""
-    from harness_memory.auto import attach_auto_memory
-
-    if any("auto" in getattr(h, "__name__", "") for h in agent.post_hooks or []):
-        return False
-    attach_auto_memory(agent, services, user_id)
-    return True
-
-
 def run_harness(turns: list[tuple[str, str]], gap: float) -> RunReport:
     from harness_memory.auto import auto_memory_for
 
@@ -90,17 +83,17 @@ def run_harness(turns: list[tuple[str, str]], gap: float) -> RunReport:
                                 agent={"snapshots_dir": str(root / "no-snapshots")},
                                 auto={"debounce_seconds": d.debounce_seconds * scale,
                                       "max_wait_seconds": d.max_wait_seconds * scale,
-                                      "min_interval_seconds": d.min_interval_seconds * scale})
+                                      "min_interval_seconds": d.min_interval_seconds * scale,
+                                      "summary_wait_seconds": d.summary_wait_seconds * scale})
         services = services_for(cfg)
         seed(services.user_agent_dir(USER), AGENT_MEMORIES)
-        bench_wired = False
         turn_ms: list[float] = []
         t0 = time.monotonic()
         for i, (user, _) in enumerate(turns):
             time.sleep(max(0.0, t0 + i * gap - time.monotonic()))
             started = time.perf_counter()
             agent = build_agent(USER, session_id=SESSION, query=user, config=cfg, model=model)
-            bench_wired = _ensure_auto(agent, services, USER) or bench_wired
+            assert any(isinstance(h, AutoMemoryHook) for h in agent.post_hooks or []), "build_agent wires auto memory"
             agent.run(user)
             turn_ms.append((time.perf_counter() - started) * 1000)
         manager = session_manager_for(services)
@@ -109,11 +102,10 @@ def run_harness(turns: list[tuple[str, str]], gap: float) -> RunReport:
         auto.flush(60)  # the user has left: the last batch runs
         seconds = time.monotonic() - t0
         facts = len(auto.list_facts(USER))
-        summary = manager.get_summary_sync(SESSION) or ""
+        summary = manager.get_summary_sync(bind_session_id(USER, SESSION)) or ""  # build_agent binds the id
         manager.close()
         services.close()
-    notes = ["auto memory attached by the bench: build_agent does not wire it yet" if bench_wired
-             else "auto memory wired by build_agent"]
+    notes = ["session memory and auto memory wired by build_agent"]
     if server.unmatched_agent_turns:
         notes.append(f"{server.unmatched_agent_turns} agent turns not recognised by the scripted server")
     return RunReport(server.tallies, seconds, f"{facts} facts, summary {count_tokens(summary)} tok", notes, turn_ms)
@@ -160,10 +152,10 @@ def client_creation_ms(repeat: int = 5) -> float:
     return p50(times)
 
 
-LEARN = {"harness": (Kind.HM_SESSION, Kind.HM_AUTO), "agno": (Kind.AGNO_SUMMARY, Kind.AGNO_MEMORY)}
+LEARN = {"harness": (Kind.HM_SESSION, Kind.HM_AUTO, Kind.HM_COMBINED), "agno": (Kind.AGNO_SUMMARY, Kind.AGNO_MEMORY)}
 HEADERS = ["system", "memory calls (summaries + extraction)", "session summaries", "extraction / memory manager",
-           "recall selection", "memory calls incl. recall", "memory prompt tok", "memory completion tok",
-           "agent-turn prompt tok / turn", "stored at the end", "turn p50 ms"]
+           "summary + extraction in one call", "recall selection", "memory calls incl. recall", "memory prompt tok",
+           "memory completion tok", "agent-turn prompt tok / turn", "stored at the end", "turn p50 ms"]
 
 
 def _sum(report: RunReport, kinds: tuple[Kind, ...], what: str) -> int:
@@ -175,9 +167,10 @@ def _row(name: str, report: RunReport, learn: tuple[Kind, ...], recall: Kind | N
     memory = (*learn, *((recall,) if recall else ()))
     agent_tok = round(t[Kind.AGENT].prompt / max(1, t[Kind.AGENT].calls))
     if not learn:
-        return [name, 0, "—", "—", "—", 0, 0, 0, agent_tok, report.stored, p50(report.turn_ms)]
+        return [name, 0, "—", "—", "—", "—", 0, 0, 0, agent_tok, report.stored, p50(report.turn_ms)]
     return [name, _sum(report, learn, "calls"), t[learn[0]].calls, t[learn[1]].calls,
-            t[recall].calls if recall else "—", _sum(report, memory, "calls"), _sum(report, memory, "prompt"),
+            t[learn[2]].calls if len(learn) > 2 else "—", t[recall].calls if recall else "—",
+            _sum(report, memory, "calls"), _sum(report, memory, "prompt"),
             _sum(report, memory, "completion"), agent_tok, report.stored, p50(report.turn_ms)]
 
 

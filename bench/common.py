@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import shutil
 import statistics
 import tempfile
@@ -146,3 +147,19 @@ def seed(memdir: Any, n: int, chunk: int = 1000) -> None:
 
 def machine() -> str:
     return f"{os.cpu_count()} cores, {Path('/proc/cpuinfo').read_text().count('processor')} logical"
+
+
+_POINTER = re.compile(r"JOB 1's new messages \[(\d+)\] to \[(\d+)\]")
+_NUMBERED = re.compile(r"^\[(\d+)\] (.*?)(?=^\[\d+\] |\Z)", re.MULTILINE | re.DOTALL)
+
+
+def extraction_conversation(prompt: str) -> str:
+    """What a scripted extractor reads: the ``<conversation>`` block, or — when a combined call points
+    to the summary's new messages instead of repeating them — those messages ([a] to [b])."""
+    block = prompt.split("<conversation>", 1)[-1].split("</conversation>", 1)[0]
+    pointer = _POINTER.search(block)
+    if pointer is None:
+        return block
+    first, last = int(pointer.group(1)), int(pointer.group(2))
+    messages = prompt.split("<new_messages", 1)[-1].split("</new_messages>", 1)[0]
+    return "\n\n".join(m.group(2) for m in _NUMBERED.finditer(messages) if first <= int(m.group(1)) <= last)

@@ -19,6 +19,8 @@ from typing import Any
 from harness_memory.tokens import count_message_tokens, count_tokens
 from tests.fakellm import Answer, RecordedRequest, text, tool_calls
 
+from .common import extraction_conversation
+
 # What the scripted "model" recognises as worth remembering: marker -> (fact, category, confidence, error).
 SALIENT = {
     "I'm a frontend engineer": ("Is a frontend engineer", "context", 0.95, None),
@@ -61,6 +63,7 @@ class Kind(StrEnum):
     AGENT = "agent turn"
     HM_SESSION = "harness-memory session summary"
     HM_AUTO = "harness-memory auto-memory extraction"
+    HM_COMBINED = "harness-memory session summary + extraction in one call"
     HM_RECALL = "harness-memory recall selection"
     AGNO_MEMORY = "agno memory manager"
     AGNO_SUMMARY = "agno session summary"
@@ -73,11 +76,13 @@ def markers() -> list[tuple[str, Kind]]:
 
     from harness_memory.auto.updater import SYSTEM_PROMPT as AUTO_PROMPT
     from harness_memory.recall.select import SYSTEM_PROMPT as RECALL_PROMPT
+    from harness_memory.session.combined import COMBINED_MARKER
     from harness_memory.session.summary import PROMPT_MARKER
 
     agno_memory = str(MemoryManager().get_system_message().content)
     agno_summary = str(SessionSummaryManager().get_system_message([], {"type": "json_object"}).content)
-    return [(PROMPT_MARKER, Kind.HM_SESSION), (AUTO_PROMPT[:60], Kind.HM_AUTO), (RECALL_PROMPT[:50], Kind.HM_RECALL),
+    return [(COMBINED_MARKER, Kind.HM_COMBINED), (PROMPT_MARKER, Kind.HM_SESSION), (AUTO_PROMPT[:60], Kind.HM_AUTO),
+            (RECALL_PROMPT[:50], Kind.HM_RECALL),
             (agno_memory[:60], Kind.AGNO_MEMORY), (agno_summary[:60], Kind.AGNO_SUMMARY)]
 
 
@@ -151,12 +156,18 @@ class CostServer:
         return text("# Vue dashboard implementation questions\n\n## Current State\n- answering questions\n\n"
                     f"## Task\n- help build the dashboard\n\n## Worklog\n{lines}\n")
 
+    @classmethod
+    def _hm_combined(cls, req: RecordedRequest) -> Answer:
+        """Both parts of a summary call with the extraction riding along."""
+        summary, update = cls._hm_session(req).content, cls._hm_auto(req).content
+        return text(f"<session_summary>\n{summary}</session_summary>\n<memory_update>\n{update}\n</memory_update>")
+
     @staticmethod
     def _hm_auto(req: RecordedRequest) -> Answer:
-        prompt = str(req.messages[-1].get("content"))
-        convo = prompt.split("<conversation>", 1)[-1].split("</conversation>", 1)[0]
-        facts = [{"content": c, "category": cat, "confidence": conf, **({"sourceError": e} if e else {})}
-                 for c, cat, conf, e in _facts_in(convo)]
+        convo = extraction_conversation(str(req.messages[-1].get("content")))
+        facts = [{"content": c, "category": cat, "confidence": conf, "evidence": marker,
+                  **({"sourceError": e} if e else {})}
+                 for marker, (c, cat, conf, e) in SALIENT.items() if marker in convo]
         topics = sorted({t for t in TOPICS if t in convo})[:3]
         answer: dict[str, Any] = {"newFacts": facts, "factsToRemove": []}
         if topics:

@@ -1,5 +1,5 @@
 """``harness-memory``: the operator CLI (serve, ls, cat, rm, clear, export, import, reindex,
-snapshot status|sync, session show, config, doctor, tiktoken-cache).
+snapshot status|sync, session show, facts ls|clear, config, doctor, tiktoken-cache).
 
 Why paths: every command names memory the way the store lays it out (``users/100/agent-memory/
 default/user_role.md``, ``users/100``, ``agent-memory/default``; a ``~/.harness/`` or ``memory/``
@@ -267,6 +267,27 @@ def cmd_session(svc: MemoryServices, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_facts(svc: MemoryServices, args: argparse.Namespace) -> int:
+    """Auto-memory facts of a user (``users/<id>``) or of the shared project place (``shared``)."""
+    from .control.integrations import auto_memory, auto_place_label, clear_facts, fact_dict
+
+    if args.path == "shared":
+        user_id = None
+    else:
+        scope = parse_scope(args.path, svc.key_prefix)
+        if scope.user_id is None or scope.place is not None:
+            raise CliError("name a user (users/<id>) or 'shared'", EXIT_USAGE)
+        user_id = scope.user_id
+    if args.action == "clear":
+        result = clear_facts(svc, user_id)
+        print(f"deleted {result['deleted']} facts of {result['place']} (the profile is kept)", file=sys.stderr)
+        return 0
+    facts = auto_memory(svc).list_facts(user_id, shared=user_id is None)
+    print(json.dumps({"place": auto_place_label(svc, user_id), "count": len(facts),
+                      "facts": [fact_dict(f) for f in facts]}, indent=1, ensure_ascii=False))
+    return 0
+
+
 def cmd_config(cfg: MemoryConfig, args: argparse.Namespace) -> int:
     print(json.dumps(cfg.public_dict(), indent=1, default=str))
     return 0
@@ -298,7 +319,7 @@ def cmd_tiktoken_cache(cfg: MemoryConfig, args: argparse.Namespace) -> int:
     if args.status:
         path = tc.cache_path()
         state = "verified" if tc.cached() else "missing"
-        print(f"{path}\t{state}\t{tc.MODE_ENV}={tc.mode()}")
+        print(f"{path}\t{state}\t{tc.SETTING}={cfg.model.tokenizer}")
         return 0 if tc.cached() else EXIT_NOT_FOUND
     try:
         target = tc.store(Path(args.source) if args.source else None, Path(args.dir) if args.dir else None)
@@ -359,6 +380,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("action", choices=["show"])
     s.add_argument("session_id", help="the session id (as the HTTP API returned it, or the raw id with --user)")
     s.add_argument("--user", help="bind the id to this user as the HTTP API does")
+    s = sub.add_parser("facts", help="auto-memory facts of a user: list them, or clear them all (profile kept)")
+    s.add_argument("action", choices=["ls", "clear"])
+    s.add_argument("path", help="users/<id>, or shared for the shared project place")
     sub.add_parser("config", help="print the effective configuration (secrets masked)")
     s = sub.add_parser("doctor", help="check config, store, clock, Redis, models, embeddings and tiktoken; "
                        "exit 1 on any failure")
@@ -378,6 +402,7 @@ def build_parser() -> argparse.ArgumentParser:
 STORE_COMMANDS: dict[str, Callable[[MemoryServices, argparse.Namespace], int]] = {
     "ls": cmd_ls, "cat": cmd_cat, "rm": cmd_rm, "clear": cmd_clear, "export": cmd_export,
     "import": cmd_import, "reindex": cmd_reindex, "snapshot": cmd_snapshot, "session": cmd_session,
+    "facts": cmd_facts,
 }
 
 

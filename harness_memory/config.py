@@ -163,6 +163,10 @@ class ModelConfig(_Section):
     light_api_key: SecretStr | None = Field(None, description="Light model key (default: `api_key`).")
     model_timeout: float = Field(60.0, gt=0, description="Seconds per agent-model request.")
     light_timeout: float = Field(30.0, gt=0, description="Seconds per light-model request.")
+    tokenizer: Literal["tiktoken", "offline", "estimate"] = Field(
+        "tiktoken", description="Token counting: `tiktoken` (downloads its BPE file on first use; falls back "
+        "to the estimate while it cannot), `offline` (tiktoken only from a verified cached file — "
+        "`harness-memory tiktoken-cache` — never a network attempt) or `estimate` (never load tiktoken).")
 
 
 class AgentConfig(_Section):
@@ -231,6 +235,15 @@ class AutoMemoryConfig(_Section):
     max_conversation_tokens: int = Field(8000, ge=500, description="Conversation tokens sent per extraction.")
     max_output_tokens: int = Field(2000, ge=100, description="Completion-token cap of an extraction call.")
     shutdown_flush_seconds: float = Field(10.0, ge=0, description="Time given to pending updates at exit.")
+    max_removals_per_update: int = Field(3, ge=0, description="Most facts one extraction may remove (each "
+                                         "needs a replacing fact or a 'forget' in the user's words).")
+    patterns_dir: Path | None = Field(None, description="Folder of signal pattern files (`<signal>.yaml`) that "
+                                      "extend the bundled ones (`replace: true` in a file replaces them).")
+    combine_with_summary: bool = Field(True, description="When a session summary is due for a session with a "
+                                       "pending extraction, one light-model call returns both (same model only).")
+    summary_wait_seconds: float = Field(7200.0, ge=0, description="How long the extraction of a session that "
+                                        "session memory summarises may wait for the next summary to ride along; "
+                                        "it runs alone sooner after min_interval_seconds of quiet.")
 
 
 class RecallConfig(_Section):

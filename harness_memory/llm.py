@@ -14,6 +14,7 @@ import json
 import logging
 import re
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,15 +80,51 @@ _THINK_CLOSE = re.compile(r"</think\s*>", re.IGNORECASE)
 
 def strip_think(text: str) -> str:
     """Remove reasoning blocks: ``<think>…</think>``, a dangling ``…</think>`` whose opening tag
-    was in the chat template, and an unclosed ``<think>…`` (a reasoning answer cut short)."""
+    was in the chat template, and an unclosed ``<think>…`` after an answer.
+
+    An unclosed ``<think>`` with nothing before it is different: small models often open a
+    reasoning block and write the answer straight after it without closing it. Cutting there
+    would throw the answer away (and an "empty" answer is retried and lost), so only the tag is
+    dropped; parsers that look for a JSON object or template headings find the answer in what
+    follows."""
     text = _THINK_BLOCK.sub("", text)
     closes = list(_THINK_CLOSE.finditer(text))
     if closes:
         text = text[closes[-1].end() :]
     opened = _THINK_OPEN.search(text)
     if opened is not None:
-        text = text[: opened.start()]
+        before = text[: opened.start()]
+        text = before if before.strip() else text[opened.end() :]
     return text.strip()
+
+
+def answer_text(content: Any) -> str:
+    """The text of a completion's message content: a string, or a list of parts.
+
+    Lists come from servers that answer in content blocks. Adjacent plain-string chunks are
+    joined with no separator (a JSON answer streamed in pieces stays valid JSON); text blocks
+    (``{"type": "text", "text": …}`` or objects with ``.text``) are joined with a line break;
+    other blocks (images, tool use) are skipped."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    pieces: list[str] = []
+    run: list[str] = []
+    for part in content:
+        if isinstance(part, str):
+            run.append(part)
+            continue
+        if run:
+            pieces.append("".join(run))
+            run = []
+        value = part.get("text") if isinstance(part, dict) and part.get("type", "text") == "text" else (
+            None if isinstance(part, dict) else getattr(part, "text", None))
+        if isinstance(value, str):
+            pieces.append(value)
+    if run:
+        pieces.append("".join(run))
+    return "\n".join(pieces)
 
 
 class LightModel:
@@ -270,7 +307,7 @@ class LightModel:
         if not isinstance(prompt, int):
             prompt = count_message_tokens(messages)
         if not isinstance(completion, int):
-            completion = estimate_tokens(content if isinstance(content, str) else "")
+            completion = estimate_tokens(answer_text(content))
         with self._lock:
             self.prompt_tokens += prompt
             self.completion_tokens += completion
@@ -278,7 +315,7 @@ class LightModel:
             call.tokens(prompt, completion)
         if not choices:
             raise self._fail(ValueError("the completion has no choices"), None)
-        text = strip_think(content) if isinstance(content, str) else ""
+        text = strip_think(answer_text(content))
         if not text:
             raise self._fail(ValueError("the model returned an empty answer"), None)
         model = getattr(response, "model", None)
@@ -297,29 +334,77 @@ def _status_message(exc: Any) -> str:
 
 # -- tolerant JSON ---------------------------------------------------------------------------
 _FENCE = re.compile(r"```[ \t]*(?:json|JSON|javascript|js)?[ \t]*\n?(.*?)```", re.DOTALL)
-_MAX_STARTS = 32  # bound the scan on long prose full of braces
+_MAX_STARTS = 32  # bound the scan on long prose full of braces (failed starts only)
+_MAX_VALUES = 16  # most top-level values looked at in one answer
+
+Accept = Callable[[Any], bool]
 
 
-def extract_json(text: str) -> dict[str, Any] | list[Any] | None:
-    """The JSON object or array in a model answer, or None (fail closed).
+@dataclass(frozen=True, slots=True)
+class JsonSpan:
+    """One JSON value found in a text, and where (``start``/``end`` index ``text``; -1 when the
+    value came from a retried, cleaned-up copy of a fenced block)."""
 
-    Tries, in order: the whole answer, each fenced code block, then the first balanced
-    ``{…}`` / ``[…]`` in the prose (string-aware, so braces inside strings are fine); each
-    candidate is also retried with trailing commas removed.
+    value: dict[str, Any] | list[Any]
+    start: int
+    end: int
+
+
+def extract_json(text: str, accept: Accept | None = None) -> dict[str, Any] | list[Any] | None:
+    """The JSON object or array in a model answer that ``accept`` likes (default: the first
+    one), or None (fail closed).
+
+    Every top-level value is considered, not just the first: an answer may show an example or
+    echo part of the prompt (``Example: {"user": "alice"}``) before the real object, and a
+    caller that knows the shape it wants passes ``accept`` to skip such decoys.
     """
-    if not isinstance(text, str) or not text:
-        return None
-    cleaned = strip_think(text)
-    candidates = [cleaned, *(m.group(1) for m in _FENCE.finditer(cleaned))]
-    for candidate in candidates:
-        parsed = _loads(candidate.strip())
-        if parsed is not None:
-            return parsed
-    for source in [*candidates[1:], cleaned]:
-        found = _scan(source)
-        if found is not None:
-            return found
+    found = find_json(text, accept)
+    return found.value if found is not None else None
+
+
+def find_json(text: str, accept: Accept | None = None) -> JsonSpan | None:
+    """Like ``extract_json``, with the position of the value (to cut it out of the text)."""
+    for span in iter_json(text):
+        if accept is None or accept(span.value):
+            return span
     return None
+
+
+def iter_json(text: str) -> Iterator[JsonSpan]:
+    """Every JSON object/array in a model answer, in a useful order: the whole answer, then
+    each fenced block, then each balanced ``{…}`` / ``[…]`` in the prose (string-aware, so
+    braces inside strings are fine; a value's inner objects are not yielded separately). Each
+    candidate is also tried with trailing commas removed. Reasoning blocks are skipped: an
+    answer inside a ``<think>`` block is not the answer."""
+    if not isinstance(text, str) or not text:
+        return
+    cleaned = strip_think(text)
+    base = text.find(cleaned) if cleaned else -1
+    yielded = 0
+    seen: set[tuple[int, int]] = set()
+
+    def at(start: int, end: int) -> tuple[int, int]:
+        return (base + start, base + end) if base >= 0 else (-1, -1)
+
+    whole = _loads(cleaned.strip())
+    if whole is not None:
+        yield JsonSpan(whole, *at(0, len(cleaned)))
+        return
+    for match in _FENCE.finditer(cleaned):
+        value = _loads(match.group(1).strip())
+        if value is not None:
+            seen.add((match.start(), match.end()))
+            yielded += 1
+            yield JsonSpan(value, *at(match.start(), match.end()))
+            if yielded >= _MAX_VALUES:
+                return
+    for begin, end, value in _scan_all(cleaned):
+        if any(s <= begin and end <= e for s, e in seen):
+            continue  # already yielded as a fenced block
+        yielded += 1
+        yield JsonSpan(value, *at(begin, end))
+        if yielded >= _MAX_VALUES:
+            return
 
 
 def _loads(candidate: str) -> dict[str, Any] | list[Any] | None:
@@ -335,24 +420,23 @@ def _loads(candidate: str) -> dict[str, Any] | list[Any] | None:
     return None
 
 
-def _scan(text: str) -> dict[str, Any] | list[Any] | None:
-    """The first balanced JSON object/array in ``text`` that parses."""
-    starts = 0
+def _scan_all(text: str) -> Iterator[tuple[int, int, dict[str, Any] | list[Any]]]:
+    """Each balanced top-level JSON object/array in ``text`` that parses, left to right; after a
+    value the scan continues behind it, after a failed start one character further."""
+    failed = 0
     pos = 0
-    while starts < _MAX_STARTS:
+    while failed < _MAX_STARTS:
         begin = min((i for i in (text.find("{", pos), text.find("[", pos)) if i >= 0), default=-1)
         if begin < 0:
-            return None
-        starts += 1
+            return
         end = _balanced_end(text, begin)
-        if end is not None:
-            parsed = _loads(text[begin:end])
-            if parsed is not None:
-                return parsed
-        pos = begin + 1
-    return None
-
-
+        parsed = _loads(text[begin:end]) if end is not None else None
+        if parsed is not None and end is not None:
+            yield begin, end, parsed
+            pos = end
+        else:
+            failed += 1
+            pos = begin + 1
 def _balanced_end(text: str, begin: int) -> int | None:
     """Index just past the bracket closing ``text[begin]``, skipping string contents."""
     stack: list[str] = []

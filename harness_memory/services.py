@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import SecretStr
 
+from . import tokens
 from .config import MemoryConfig
 from .errors import ModelNotConfigured
 from .layout import Place
@@ -48,6 +49,7 @@ from .storage import LocalStore, ObjectStore, make_store
 if TYPE_CHECKING:
     from agno.models.base import Model
 
+    from .auto.rider import SummaryRider
     from .auto.service import AutoMemory
     from .recall.surfaced import SurfacedTracker
     from .session.manager import SessionMemoryManager
@@ -100,6 +102,7 @@ class MemoryServices:
         for fault injection, or a store shared with other code); the services then own it.
         ``telemetry`` replaces the one built from ``config.observe`` (tests: private registry
         and tracer provider)."""
+        tokens.configure(config.model.tokenizer)  # before anything counts a token
         telemetry = telemetry or Telemetry.from_config(config.observe)
         io = ThreadPoolExecutor(max_workers=config.store.io_threads, thread_name_prefix="hm-io")
         store = store if store is not None else make_store(config.store, executor=io)
@@ -260,14 +263,47 @@ class MemoryServices:
                 self._session = SessionMemoryManager.from_services(self)
             return self._session
 
-    def auto_memory(self) -> AutoMemory:
-        """Auto memory of this process (capture hook, debounced queue, fact API)."""
+    def auto_memory(self, **options: Any) -> AutoMemory:
+        """Auto memory of this process (capture hook, debounced queue, fact API). ``options``
+        (``clock``, ``start_worker``, ``today``: tests and benchmarks) apply when it is created;
+        passing them once it exists is a ValueError."""
         from .auto.service import AutoMemory
 
         with self._lock:
             if self._auto is None or self._auto.closed:
-                self._auto = AutoMemory(self)
+                self._auto = AutoMemory(self, **options)
+            elif options:
+                raise ValueError("auto memory already exists; options apply only when it is created")
             return self._auto
+
+    # -- session summaries and auto memory in one call --------------------------------------
+    def session_carries(self, session_id: str) -> bool:
+        """Whether an auto-memory extraction of ``session_id`` can wait for the session's next
+        summary and ride along in its call: session memory of this process summarises the
+        session, with the same model as the extraction, and session ids are bound to their user
+        (so the session's conversation is one user's)."""
+        cfg = self.config
+        if not (cfg.session.enabled and cfg.session.bind_to_user and cfg.auto.combine_with_summary):
+            return False
+        with self._lock:
+            session = self._session
+        if session is None or session.closed or session.model is None:
+            return False
+        return self.extraction_model() is self.light_model() and session.tracks(session_id)
+
+    def summary_rider(self, session_id: str) -> SummaryRider | None:
+        """For the summariser: the pending extraction of ``session_id`` to ride along in its call,
+        if the session belongs to the extraction's user (see ``session_carries``)."""
+        from .session.binding import session_owned_by
+
+        cfg = self.config
+        if not (cfg.session.bind_to_user and cfg.auto.combine_with_summary):
+            return None
+        with self._lock:
+            auto = self._auto
+        if auto is None or auto.closed or self.extraction_model() is not self.light_model():
+            return None
+        return auto.summary_rider(session_id, lambda key: session_owned_by(key.user_id, session_id))
 
     def surfaced_tracker(self) -> SurfacedTracker:
         """Which recalled files each session has already seen (Redis-backed when configured)."""

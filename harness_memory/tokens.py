@@ -10,6 +10,12 @@ is remembered for ``RETRY_AFTER_SECONDS`` before the next try. tiktoken itself h
 
 The estimate counts CJK characters at ~1.5 characters per token and other text at ~4, which
 is close enough for thresholds and budgets (it errs towards more tokens for CJK text).
+
+``model.tokenizer: estimate`` (``HARNESS_MEMORY_TOKENIZER=estimate``) switches tiktoken off for
+the process (``use_estimate_only``, called by ``MemoryServices``): it is never imported, no load
+thread starts and no download is ever attempted — for machines where any outbound connection
+attempt is unwelcome. The switch is one-way: a tokenizer is a process-wide thing, and an
+operator who asked for no network attempt must not get one because another config came later.
 """
 
 from __future__ import annotations
@@ -37,8 +43,8 @@ class _Encoding(Protocol):
 
 
 def _load_encoding() -> _Encoding:
-    """Load the tiktoken encoding (may download unless ``HARNESS_MEMORY_TIKTOKEN`` is ``offline``
-    or ``off``: ``tokens_cache``; runs in the loader thread only)."""
+    """Load the tiktoken encoding (may download unless ``model.tokenizer`` is ``offline``:
+    ``tokens_cache``; runs in the loader thread only)."""
     from .tokens_cache import check_loadable
 
     check_loadable()
@@ -104,12 +110,44 @@ class _Loader:
 
 
 _loader = _Loader(_load_encoding)
+_estimate_only = False
+
+
+def configure(tokenizer: str) -> None:
+    """Apply ``model.tokenizer``: ``estimate`` switches tiktoken off for good (``use_estimate_only``);
+    ``offline`` lets it load only from a verified cached file; ``tiktoken`` may download."""
+    from . import tokens_cache
+
+    if tokenizer == "estimate":
+        use_estimate_only()
+    elif not _estimate_only:
+        tokens_cache.set_mode(tokenizer)
+
+
+def use_estimate_only() -> None:
+    """Never load tiktoken in this process (no import, no thread, no network attempt); counts
+    use the character estimate from now on. One-way (see the module docstring)."""
+    global _estimate_only
+    if not _estimate_only:
+        _estimate_only = True
+        logger.info("token counting: character estimate only (tiktoken switched off by model.tokenizer)")
+
+
+def estimate_only() -> bool:
+    """Whether tiktoken was switched off for this process."""
+    return _estimate_only
+
+
+def _encoding(wait: bool = True) -> _Encoding | None:
+    return None if _estimate_only else _loader.get(wait)
 
 
 def _reset(load: Callable[[], _Encoding] | None = None) -> None:
-    """Forget the loaded encoding and any failure (tests); ``load`` replaces the loader."""
-    global _loader
+    """Forget the loaded encoding, any failure and the estimate-only switch (tests); ``load``
+    replaces the loader."""
+    global _loader, _estimate_only
     _loader = _Loader(load or _load_encoding)
+    _estimate_only = False
 
 
 def _is_cjk(ch: str) -> bool:
@@ -138,7 +176,7 @@ def count_tokens(text: str) -> int:
     """Tokens in ``text``: tiktoken when loaded (first call waits ≤ ~2 s), else the estimate."""
     if not text:
         return 0
-    encoding = _loader.get()
+    encoding = _encoding()
     if encoding is None:
         return estimate_tokens(text)
     try:
@@ -201,7 +239,7 @@ def truncate_to_tokens(text: str, max_tokens: int) -> str:
     """The longest prefix of ``text`` within ``max_tokens`` (by the same measure as count_tokens)."""
     if max_tokens <= 0 or not text:
         return ""
-    encoding = _loader.get()
+    encoding = _encoding()
     if encoding is not None:
         try:
             ids = encoding.encode(text, disallowed_special=())
@@ -230,4 +268,4 @@ def tokenizer_status() -> str:
     Never waits; it starts a background load when none ran yet, so a status page shows the
     real state a moment later.
     """
-    return "tiktoken" if _loader.get(wait=False) is not None else "estimate"
+    return "tiktoken" if _encoding(wait=False) is not None else "estimate"

@@ -5,11 +5,11 @@ Why: ``tiktoken.get_encoding("cl100k_base")`` reads the BPE file from its cache
 SHA-1 of its download URL, and downloads it when absent or corrupt. An offline pod therefore
 tries the network in every new process. Placing the verified file in the cache once (the
 ``harness-memory tiktoken-cache`` command, e.g. in an image build) makes tiktoken work offline;
-``HARNESS_MEMORY_TIKTOKEN`` chooses whether a process may try at all:
+``model.tokenizer`` (``HARNESS_MEMORY_TOKENIZER``) chooses whether a process may try at all:
 
-* ``auto`` (default): tiktoken as usual (cache, else download);
+* ``tiktoken`` (default): tiktoken as usual (cache, else download);
 * ``offline``: only a cached, verified file is used — never a network attempt; else the estimate;
-* ``off``: never tiktoken; token counts use the character estimate.
+* ``estimate``: never tiktoken (not even imported); token counts use the character estimate.
 
 The cache rules mirror ``tiktoken.load.read_file_cached`` (tiktoken 0.7–0.14).
 """
@@ -26,18 +26,27 @@ from pathlib import Path
 ENCODING_NAME = "cl100k_base"
 BPE_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
 BPE_SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
-MODE_ENV = "HARNESS_MEMORY_TIKTOKEN"
-MODES = ("auto", "offline", "off")
+SETTING = "HARNESS_MEMORY_TOKENIZER"
+MODES = ("tiktoken", "offline", "estimate")
+_mode = "tiktoken"
 
 
 class TiktokenDisabled(RuntimeError):
-    """tiktoken may not be loaded in this process (``HARNESS_MEMORY_TIKTOKEN``)."""
+    """tiktoken may not be loaded in this process (``model.tokenizer``)."""
+
+
+def set_mode(value: str) -> None:
+    """The process's tokenizer mode (``model.tokenizer``), set by ``MemoryServices``: ``tiktoken``
+    (may download), ``offline`` (only a verified cached file) or ``estimate`` (never tiktoken)."""
+    global _mode
+    if value not in MODES:
+        raise ValueError(f"tokenizer mode must be one of {', '.join(MODES)}")
+    _mode = value
 
 
 def mode() -> str:
-    """``auto``, ``offline`` or ``off`` from ``$HARNESS_MEMORY_TIKTOKEN`` (unknown values: ``auto``)."""
-    value = os.environ.get(MODE_ENV, "auto").strip().lower()
-    return value if value in MODES else "auto"
+    """The process's tokenizer mode (``set_mode``; default ``tiktoken``)."""
+    return _mode
 
 
 def cache_dir() -> Path | None:
@@ -79,10 +88,10 @@ def cached() -> bool:
 def check_loadable() -> None:
     """Raise TiktokenDisabled when this process must not load tiktoken now (the mode says so)."""
     current = mode()
-    if current == "off":
-        raise TiktokenDisabled(f"{MODE_ENV}=off")
+    if current == "estimate":
+        raise TiktokenDisabled(f"{SETTING}=estimate")
     if current == "offline" and not cached():
-        raise TiktokenDisabled(f"{MODE_ENV}=offline and no verified BPE file at {cache_path()} "
+        raise TiktokenDisabled(f"{SETTING}=offline and no verified BPE file at {cache_path()} "
                                "(run `harness-memory tiktoken-cache`)")
 
 
@@ -110,5 +119,5 @@ def store(source: Path | None = None, dest: Path | None = None, *, expected: str
     return target
 
 
-__all__ = ["BPE_SHA256", "BPE_URL", "ENCODING_NAME", "MODES", "MODE_ENV", "TiktokenDisabled", "cache_dir",
-           "cache_path", "cached", "check_loadable", "default_package_cache", "mode", "store", "verified"]
+__all__ = ["BPE_SHA256", "BPE_URL", "ENCODING_NAME", "MODES", "SETTING", "TiktokenDisabled", "cache_dir",
+           "cache_path", "cached", "check_loadable", "default_package_cache", "mode", "set_mode", "store", "verified"]

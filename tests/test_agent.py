@@ -274,7 +274,8 @@ def test_build_agent_injects_auto_memory_and_captures_runs(make_config: Callable
     build_agent("u-auto", session_id="s1", config=cfg).run("I work on the billing service")
     system = system_text(llm_server.chat_requests[0])
     assert "Writes reports in Chinese" in system and "(avoid: used npm)" in system
-    assert f"<current_date>{dt.date.today().isoformat()}</current_date>" in system
+    today = dt.date.today()
+    assert f"<current_date>{today.isoformat()}, {today.strftime('%A')}</current_date>" in system
     assert auto.flush(10)
     assert "Works on the billing service" in [f.content for f in auto.list_facts("u-auto")]
     llm_server.clear()

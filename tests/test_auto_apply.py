@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from harness_memory.auto import (
+    ApplyContext,
     ApplyReport,
     ApplyRules,
     AutoMemory,
@@ -20,6 +21,8 @@ from harness_memory.auto import (
     NewFact,
     Profile,
     ProfileKey,
+    Removal,
+    Signals,
     UpdatePlan,
     apply_plan,
     scrub_uploads,
@@ -59,10 +62,13 @@ def place_of(auto: AutoMemory, user: str = "u1") -> AutoPlace:
     return AutoPlace(auto.services.user_auto_dir(user))
 
 
-def apply(place: AutoPlace, plan: UpdatePlan, rules: ApplyRules = RULES, signal: bool = False) -> ApplyReport:
+def apply(place: AutoPlace, plan: UpdatePlan, rules: ApplyRules = RULES, signal: bool = False,
+          *signals: str) -> ApplyReport:
+    """Apply ``plan`` as an extraction of session s1 would (``signal``: the user corrected)."""
     snapshot = place.read()
+    ctx = ApplyContext(signals=Signals.of(*signals, *(["correction"] if signal else [])), source="auto:s1")
     with place.transaction() as txn:
-        return apply_plan(plan, txn, snapshot, rules, source="auto:s1", correction_signal=signal)
+        return apply_plan(plan, txn, snapshot, rules, ctx)
 
 
 def fact(content: str, category: Category = Category.PREFERENCE, confidence: float | None = 0.9,
@@ -82,7 +88,7 @@ def test_rules_and_the_stored_files(auto: AutoMemory) -> None:
             fact("Use pnpm, not npm", Category.CORRECTION, 0.75, "ran npm install"),
             fact("Uses Vue 3", confidence=-3),
             fact("Reads a lot", confidence=None),
-        ]))
+        ]), signal=True)  # the user corrected the assistant in this conversation
     assert len(report.added) == 3 and report.dropped_low_confidence == 3 and report.refreshed == []
     facts = {f.content: f for f in auto.list_facts("u1")}
     assert {k: (v.category, v.confidence) for k, v in facts.items()} == {
@@ -173,7 +179,9 @@ def test_removals_unknown_ids_and_hostile_ids(auto: AutoMemory) -> None:
     place = place_of(auto)
     apply(place, UpdatePlan(new_facts=[fact("Uses Windows"), fact("Uses VS Code")]))
     windows = next(f for f in auto.list_facts("u1") if f.content == "Uses Windows")
-    report = apply(place, UpdatePlan(remove_ids=[windows.id, "fact-doesnotexist", "../../users/u2/x", "profile"],
+    report = apply(place, UpdatePlan(removals=[Removal(windows.id, "moved to macOS", replaced_by=0),
+                                               *(Removal(i) for i in ("fact-doesnotexist", "../../users/u2/x",
+                                                                      "profile"))],
                                      new_facts=[fact("Uses macOS")]))
     assert report.removed == [windows.id]
     assert report.unknown_removals == ["fact-doesnotexist", "../../users/u2/x", "profile"]
@@ -205,7 +213,7 @@ def test_edits_made_while_the_model_thinks_are_kept(auto: AutoMemory, llm_server
         }))
 
     llm_server.set_handler(think)  # type: ignore[arg-type]
-    auto.capture("u1", "s1", [{"role": "user", "content": "I moved to Kotlin, Maven is gone"}])
+    auto.capture("u1", "s1", [{"role": "user", "content": "I moved to Kotlin and no longer use Maven"}])
     assert auto.flush(10)
     facts = {f.content: f for f in auto.list_facts("u1")}
     assert set(facts) == {"Uses Java 21 and Kotlin", "Business trip next week", "Likes Kotlin"}

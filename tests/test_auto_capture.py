@@ -61,13 +61,15 @@ def _pending(auto: AutoMemory) -> list[tuple[str, str]]:
 
 def test_real_run_keeps_user_inputs_and_final_replies(llm_server: ScriptedLLM, auto: AutoMemory) -> None:
     llm_server.script(tool_calls([("lookup_weather", {"city": "Paris"})]), text("It is sunny in Paris."),
-                      text("You're welcome."))
+                      text("Cloudy in Lyon."), text("You're welcome."))
     agent = _agent(llm_server, auto)
     agent.run("What's the weather in Paris?")
     assert _pending(auto) == [("user", "What's the weather in Paris?"), ("assistant", "It is sunny in Paris.")]
-    agent.run("thanks")  # history on: the first turn comes back from_history and must not be taken twice
+    agent.run("And in Lyon?")  # history on: the first turn comes back from_history and must not be taken twice
     assert _pending(auto) == [("user", "What's the weather in Paris?"), ("assistant", "It is sunny in Paris."),
-                              ("user", "thanks"), ("assistant", "You're welcome.")]
+                              ("user", "And in Lyon?"), ("assistant", "Cloudy in Lyon.")]
+    agent.run("thanks")  # an acknowledgement: nothing to learn, nothing queued
+    assert len(_pending(auto)) == 4
     everything = " ".join(t for _, t in _pending(auto))
     assert "TOOL-RESULT" not in everything and "SYSTEM-CONTEXT-MARKER" not in everything
     assert "lookup_weather" not in everything
@@ -130,9 +132,11 @@ def test_capture_messages_filters_roles_and_parts() -> None:
         {"role": "assistant", "content": "calling", "tool_calls": [{"id": "1"}]},
         {"role": "tool", "content": "result"},
         {"role": "user", "content": "retry guidance", "temporary": True},
-        {"role": "user", "content": "<system-reminder>only injected</system-reminder>"},
         {"role": "assistant", "content": "final"},
         {"role": "assistant", "content": "x" * 9000},
+        # a user message that was only injected blocks, and the reply to it: both left out
+        {"role": "user", "content": "<system-reminder>only injected</system-reminder>"},
+        {"role": "assistant", "content": "a reply about the injected block"},
     ]
     out = capture_messages(msgs, "run-1")
     assert [(m.role, m.text[:20]) for m in out] == [("user", "part one\npart two"), ("assistant", "final"),

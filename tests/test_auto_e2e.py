@@ -133,8 +133,8 @@ def test_two_days(backend: str, redis: bool, make_config: Callable[..., MemoryCo
     assert system["role"] == "system"
     block = re.search(r"<system-reminder>.*?</system-reminder>", system["content"], re.DOTALL)
     assert block is not None
-    today = dt.date.today().isoformat()
-    assert f"<current_date>{today}</current_date>" in block.group(0)
+    today = dt.date.today()
+    assert f"<current_date>{today.isoformat()}, {today.strftime('%A')}</current_date>" in block.group(0)
     for fact in ("Is a frontend engineer", "Works in TypeScript", "Wants reports written in Chinese",
                  "Work context: Frontend engineer working in TypeScript."):
         assert fact in block.group(0)
@@ -160,3 +160,71 @@ def test_two_days(backend: str, redis: bool, make_config: Callable[..., MemoryCo
     assert len(facts) == 3 and facts[0].category is Category.PREFERENCE  # nothing lost or duplicated
     auto2.close()
     pod2.close()
+
+
+def test_two_conversations_correction_paraphrase_and_expiry(make_config: Callable[..., MemoryConfig],
+                                                            llm_server: ScriptedLLM) -> None:
+    """Issue #14's acceptance story through ``build_agent``: day 1 a time-bound fact, a correction and
+    a paraphrased restatement of it; day 2, a new session: one merged fact shown with "(avoid: …)",
+    the trip that has passed neither shown nor kept."""
+    from harness_memory import build_agent
+    from harness_memory.auto.prompt import SYSTEM_PROMPT as AUTO_PROMPT
+    from harness_memory.services import services_for
+
+    cfg = make_config(backend="cos", redis=True, auto={"debounce_seconds": 3600},
+                      model={"model": "fake-model", "base_url": llm_server.base_url, "api_key": "k"})
+    day = [dt.date(2026, 3, 2)]  # a Monday
+    auto = services_for(cfg).auto_memory(today=lambda: day[0])
+    replies = {"How do I add lodash?": "Run `npm install lodash`.", "不对": "好的，改用 pnpm：`pnpm add lodash`。"}
+
+    def model(req: RecordedRequest) -> Answer:
+        if not str(req.messages[0]["content"]).startswith(AUTO_PROMPT[:60]):  # an agent turn
+            last = req.last_user_text()
+            return text(next((r for k, r in replies.items() if k in last), "Sure."))
+        prompt = str(req.messages[-1]["content"])
+        today = dt.date.fromisoformat(re.search(r"Today is (\d{4}-\d{2}-\d{2})", prompt).group(1))  # type: ignore[union-attr]
+        convo = prompt.split("<conversation>")[1].split("</conversation>")[0]
+        memory = json.loads(prompt.split("<current_memory>")[1].split("</current_memory>")[0])
+        facts: list[dict[str, object]] = []
+        if "Tokyo" in convo:
+            facts.append({"content": "Flies to Tokyo for a conference", "category": "context", "confidence": 0.9,
+                          "expires": (today + dt.timedelta(days=6)).isoformat(),
+                          "evidence": "I'm flying to Tokyo next week"})
+        if "别用 npm" in convo:
+            facts.append({"content": "Use pnpm, not npm, to install dependencies", "category": "correction",
+                          "confidence": 0.95, "sourceError": "Ran npm install",
+                          "evidence": "别用 npm，用 pnpm 安装依赖"})
+        if "every install goes through pnpm" in convo:  # a competent model sees the stored fact and merges
+            [pnpm] = [f["id"] for f in memory["facts"] if "pnpm" in f["content"]]
+            facts.append({"content": "Always install dependencies with pnpm, never npm", "category": "preference",
+                          "confidence": 0.9, "evidence": "every install goes through pnpm", "merges": [pnpm]})
+        return text(json.dumps({"newFacts": facts}, ensure_ascii=False))
+
+    llm_server.set_handler(model)
+    for message in ("I'm flying to Tokyo next week for a conference.", "How do I add lodash?",
+                    "不对，别用 npm，用 pnpm 安装依赖。"):
+        build_agent("u1", session_id="day1", config=cfg, model=OpenAILike(id="fake-model", base_url=llm_server.base_url,
+                                                                          api_key="k")).run(message)
+    assert auto.flush(10)
+    build_agent("u1", session_id="day1", config=cfg).run("Just so it sticks: every install goes through pnpm, always.")
+    assert auto.flush(10)
+    facts = {f.content: f for f in auto.list_facts("u1")}
+    assert set(facts) == {"Flies to Tokyo for a conference", "Always install dependencies with pnpm, never npm"}
+    merged = facts["Always install dependencies with pnpm, never npm"]
+    assert merged.category is Category.CORRECTION and merged.source_error == "Ran npm install"
+    assert merged.confirmations == 2 and facts["Flies to Tokyo for a conference"].expires == "2026-03-08"
+
+    # -- day 2: a new session, eighteen days later ------------------------------------------------------
+    day[0] = dt.date(2026, 3, 20)
+    before = len(llm_server.chat_requests)
+    build_agent("u1", session_id="day2", config=cfg).run("Set up the new project for me.")
+    system = str(llm_server.chat_requests[before].messages[0]["content"])
+    block = re.search(r"<system-reminder>.*?</system-reminder>", system, re.DOTALL)
+    assert block is not None
+    lines = [line for line in block.group(0).splitlines() if "pnpm" in line]
+    assert lines == ["- Always install dependencies with pnpm, never npm (avoid: Ran npm install)"]
+    assert "Tokyo" not in system and "<current_date>2026-03-20, Friday</current_date>" in block.group(0)
+    assert auto.flush(10)  # the day-2 update reviews the place: the trip is gone from the store too
+    assert set(f.content for f in auto.list_facts("u1")) == {"Always install dependencies with pnpm, never npm"}
+    tokyo = facts["Flies to Tokyo for a conference"]
+    assert not auto.services.store.exists(PREFIX + tokyo.file)

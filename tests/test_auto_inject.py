@@ -50,7 +50,7 @@ def test_two_hundred_facts_fit_the_budget_in_order_with_corrections() -> None:
                                    today=TODAY)
     assert count_tokens(block) <= 2000
     assert block.startswith("<system-reminder>") and block.endswith("</system-reminder>")
-    assert "<current_date>2026-11-05</current_date>" in block
+    assert "<current_date>2026-11-05, Thursday</current_date>" in block
     # profile first, then corrections, then facts by confidence
     assert block.index("Work context: Frontend engineer") < block.index("## Corrections") < block.index("## Facts")
     shown = confidences(block)
@@ -84,7 +84,7 @@ def test_any_budget_is_respected(budget: int) -> None:
     if budget < 100:
         assert block == ""  # smaller than the frame: nothing rather than over budget
     else:
-        assert "<current_date>2026-11-05</current_date>" in block and "- Work context: word" in block
+        assert "<current_date>2026-11-05, Thursday</current_date>" in block and "- Work context: word" in block
 
 
 def test_empty_memory_renders_nothing() -> None:

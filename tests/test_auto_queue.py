@@ -70,13 +70,13 @@ def test_min_interval_spaces_extractions_of_one_session() -> None:
 
 def test_merge_ors_flags_and_drops_duplicate_messages() -> None:
     q = DebounceQueue(QueuePolicy(debounce_seconds=1))
-    q.add(K1, msgs("a"), Signals(correction=True, correction_hints=("不对",)), now=0)
-    q.add(K1, msgs("a", "b"), Signals(reinforcement=True), now=0.5)
+    q.add(K1, msgs("a"), Signals.of("correction", excerpts=(("correction", "不对"),)), now=0)
+    q.add(K1, msgs("a", "b"), Signals.of("reinforcement"), now=0.5)
     q.add(K1, msgs("c"), Signals(), now=0.6)
     batch = q.take(now=10, busy=set())
     assert batch is not None
     assert [m.text for m in batch.messages] == ["a", "b", "c"]
-    assert batch.signals == Signals(correction=True, reinforcement=True, correction_hints=("不对",))
+    assert batch.signals == Signals.of("correction", "reinforcement", excerpts=(("correction", "不对"),))
     assert q.stats.merged == 2
 
 
@@ -131,7 +131,7 @@ def test_busy_key_waits_and_requeue_merges_newer_messages() -> None:
     q.add(K1, msgs("a"), Signals(), now=0)
     batch = q.take(now=0, busy=set())
     assert batch is not None
-    q.add(K1, msgs("b"), Signals(reinforcement=True), now=1)  # arrives while the first is processed
+    q.add(K1, msgs("b"), Signals.of("reinforcement"), now=1)  # arrives while the first is processed
     assert q.take(now=1, busy={K1}) is None
     assert q.requeue(batch, now=2)
     merged = q.pending[K1]
@@ -203,7 +203,8 @@ def test_failures_are_retried_then_abandoned() -> None:
     worker.submit(K2, msgs("b"), Signals())
     never = QueueWorker(lambda b: False, QueuePolicy(max_attempts=2), start_threads=False)
     never.submit(K2, msgs("b"), Signals())
-    assert never.flush() and never.stats.abandoned == 1
+    assert not never.flush() and never.stats.abandoned == 1  # given up: its conversation was not learned
+    assert never.flush()  # nothing lost by this flush
     worker.close(5)
 
 
@@ -253,3 +254,22 @@ def test_forgetting_a_user_drops_their_queued_updates() -> None:
     worker.submit(K1, msgs("x"), Signals())
     worker.submit(K2, msgs("y"), Signals())
     assert worker.drop_user("u1") == 1 and worker.pending_count() == 1
+
+
+def test_a_batch_carried_by_session_memory_waits_for_its_summary() -> None:
+    """A session that session memory summarises: its extraction rides along with the summary, so
+    it is due only after min_interval of quiet (the user left) or summary_wait, or at once by the
+    normal rules once the user talks in another session."""
+    q = DebounceQueue(QueuePolicy(debounce_seconds=30, max_wait_seconds=300, min_interval_seconds=1800,
+                                  summary_wait_seconds=7200))
+    for t in range(0, 3000, 60):  # a human pace for 50 minutes
+        q.add(K1, msgs(f"m{t}"), Signals(), now=t, carried=True)
+        assert q.take(now=t, busy=set()) is None
+    assert q.next_due(set()) == 2940 + 1800  # quiet for min_interval: no summary is coming
+    q.add(K2, msgs("y"), Signals(), now=0, carried=True)  # another user: not released below
+    q.add(K3, msgs("x"), Signals(), now=3000, carried=True)  # the same user, another session
+    assert q.pending[K1].carried is False and q.next_due(set()) == 300  # normal rules: overdue, due now
+    assert q.pending[K2].carried
+    for t in range(60, 7300, 60):  # K2 keeps talking: never later than summary_wait after its first message
+        q.add(K2, msgs(f"y{t}"), Signals(), now=t, carried=True)
+    assert q.next_due({K1, K3}) == 7200

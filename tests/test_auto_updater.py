@@ -63,7 +63,7 @@ def test_bad_items_are_dropped_one_by_one() -> None:
     plan = parse_answer(json.dumps({
         "newFacts": [
             {"content": "Uses Vim", "category": "Preferences", "confidence": "0.9"},  # forgiven spelling
-            {"content": "x", "category": "secret-category", "confidence": 0.9},
+            {"content": "x", "category": "secret-category", "confidence": 0.9},  # unknown: context, kept
             {"content": "", "category": "goal", "confidence": 0.9},
             {"category": "goal", "confidence": 0.9},
             {"content": "Bool confidence", "category": "goal", "confidence": True},
@@ -78,10 +78,11 @@ def test_bad_items_are_dropped_one_by_one() -> None:
     }))
     assert plan is not None
     assert [(f.content, f.category, f.confidence, f.source_error) for f in plan.new_facts] == [
-        ("Uses Vim", Category.PREFERENCE, 0.9, None), ("Use pnpm", Category.CORRECTION, None, "used npm")]
+        ("Uses Vim", Category.PREFERENCE, 0.9, None), ("x", Category.CONTEXT, 0.9, None),
+        ("Use pnpm", Category.CORRECTION, None, "used npm")]
     assert plan.remove_ids == ["fact-1", "fact-2"]
     assert plan.profile == {ProfileKey.WORK: "sections under 'profile' are accepted"}
-    assert plan.invalid_items == 10
+    assert plan.invalid_items == 9 and plan.invalid_facts == 6
 
 
 # -- the updater against the scripted server ------------------------------------------------------------
@@ -180,7 +181,7 @@ def test_failed_extraction_changes_nothing(pod: Callable[..., AutoMemory], llm_s
     before = {i.key: store.get(i.key).data for i in store.list(place.dir.place.prefix)}
     llm_server.script(answer)  # type: ignore[arg-type]
     auto.capture("u1", "s1", turn("I am a data scientist", "Nice.", "r1"))
-    assert auto.flush(10)
+    assert not auto.flush(10)  # the batch was given up (max_attempts=1)
     assert auto.results[-1].status is UpdateStatus.RETRY and auto.stats.abandoned == 1
     after = {i.key: store.get(i.key).data for i in store.list(place.dir.place.prefix)}
     assert after == before  # no file, index, manifest or watermark changed

@@ -193,3 +193,21 @@ def test_config_is_masked_and_bad_config_is_a_usage_error(cli: Cli, tmp_path: Pa
     assert shown["store"]["backend"] == "cos"
     assert bad.returncode == 2 and b"not valid YAML" in bad.stderr
     assert typoed.returncode == 2 and b"HARNESS_MEMORY_COS_TIMEOUT" in typoed.stderr
+
+
+def test_facts_ls_and_clear_keep_the_profile(cfg: MemoryConfig, cli: Cli) -> None:
+    from harness_memory.auto import Profile, ProfileKey, auto_memory_for
+
+    auto = auto_memory_for(services_for(cfg))
+    auto.add_fact("u1", "Prefers tea", "preference", 0.9)
+    auto.add_fact("u1", "Business trip to Tokyo next week", "context", 1.0)
+    auto.set_profile("u1", Profile({ProfileKey.WORK: "Frontend engineer"}))
+    listed, bad = cli.many(["facts", "ls", "users/u1"], ["facts", "clear", "users/u1/agent-memory/default"])
+    assert listed.returncode == 0, listed.stderr
+    data = json.loads(listed.stdout)
+    assert data["place"] == "users/u1/projects/default/memory" and data["count"] == 2
+    assert {f["content"] for f in data["facts"]} == {"Prefers tea", "Business trip to Tokyo next week"}
+    assert bad.returncode == 2
+    cleared = cli("facts", "clear", "users/u1")
+    assert cleared.returncode == 0 and b"deleted 2 facts" in cleared.stderr
+    assert auto.list_facts("u1") == [] and auto.get_profile("u1").get(ProfileKey.WORK) == "Frontend engineer"

@@ -288,3 +288,27 @@ def test_extract_json_bounded_on_hostile_input() -> None:
     assert extract_json("{" * 5000 + "x") is None
     assert extract_json("[{" * 20000) is None
     assert time.monotonic() - start < 2
+
+
+def test_extract_json_skips_decoys_the_caller_does_not_accept() -> None:
+    def wanted(v: object) -> bool:
+        return isinstance(v, dict) and isinstance(v.get("user"), dict)
+
+    decoy = 'Example object: {"user": "alice"}\nActual update:\n{"user": {"a": 1}}\ntail {"x": 2}'
+    assert extract_json(decoy) == {"user": "alice"}  # without a shape, the first object
+    assert extract_json(decoy, wanted) == {"user": {"a": 1}}
+    fenced = 'Example: {"user": "alice"}\n```json\n{"user": {"a": 1}}\n```'
+    assert extract_json(fenced) == extract_json(fenced, wanted) == {"user": {"a": 1}}  # fenced blocks first
+    assert extract_json('{"user": "alice"} and nothing else', wanted) is None
+    assert extract_json('<think>Let me analyse {"user": {"no": 1}}\n{"user": {"yes": 1}}', wanted) == {
+        "user": {"no": 1}}  # an unclosed think block: its text is read, not thrown away
+    assert extract_json('<think>{"user": {"no": 1}}</think> {"user": {"yes": 1}}', wanted) == {"user": {"yes": 1}}
+
+
+@pytest.mark.parametrize(("raw_text", "expected"), [
+    ("<think>reasoning, then the answer without a closing tag\n{\"a\": 1}", "reasoning, then the answer without a "
+     "closing tag\n{\"a\": 1}"),
+    ("<think>only reasoning, cut short", "only reasoning, cut short"),
+])
+def test_an_unclosed_think_block_at_the_start_keeps_what_follows(raw_text: str, expected: str) -> None:
+    assert strip_think(raw_text) == expected

@@ -75,6 +75,31 @@ async def test_profile_round_trip_and_shared_facts(cfg: MemoryConfig) -> None:
         assert any(k.startswith("memory/projects/default/memory/fact-") for k in keys(cfg, "projects/"))
 
 
+async def test_clear_facts_keeps_the_profile(make_config: MakeConfig) -> None:
+    """The operator control: every fact of the user goes, the profile stays; queued updates of the
+    user are dropped too, so a pending conversation does not refill the list."""
+    from harness_memory.auto import auto_memory_for
+
+    cfg = make_config(backend="cos", redis=True, server={"admin_token": ADMIN}, auto={"debounce_seconds": 3600},
+                      model={"model": "never-called", "base_url": "http://127.0.0.1:9/v1"})
+    auto = auto_memory_for(services_for(cfg))
+    async with api(cfg, wid="u1") as c:
+        for content in ("Business trip to Tokyo next week", "Prefers tea", "Use pnpm, not npm"):
+            assert (await c.post("/users/me/facts", json={"content": content})).status_code == 201
+        assert (await c.put("/users/me/profile", json={"workContext": "Frontend engineer"})).status_code == 200
+        auto.capture("u1", "s1", [{"role": "user", "content": "I moved to Berlin"}])
+        assert auto.worker.pending_count() == 1
+        r = await c.delete("/users/me/facts")
+        assert r.status_code == 200 and r.json() == {"place": "users/u1/projects/default/memory", "deleted": 3}
+        assert (await c.get("/users/me/facts")).json()["count"] == 0
+        assert (await c.get("/users/me/profile")).json()["workContext"] == "Frontend engineer"
+        assert b"Frontend engineer" in (stored(cfg, f"{AUTO}profile.md") or b"")
+        assert not [k for k in keys(cfg, AUTO) if "/fact-" in k]
+        assert auto.worker.pending_count() == 0
+        assert (await c.delete("/users/me/facts")).json()["deleted"] == 0
+        assert (await c.delete("/shared/facts")).status_code == 403  # the shared place needs the admin token
+
+
 # -- session debug -------------------------------------------------------------------------------
 async def test_session_debug_shows_buffer_state_lock_and_summaries(cfg: MemoryConfig) -> None:
     services = services_for(cfg)

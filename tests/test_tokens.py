@@ -220,3 +220,43 @@ def test_truncate_real_tokenizer_either_way() -> None:
     cut = truncate_to_tokens(text, 15)
     assert text.startswith(cut) and 0 < count_tokens(cut) <= 15
     assert "\ufffd" not in cut
+
+
+# -- model.tokenizer: estimate --------------------------------------------------------------------
+def test_estimate_setting_never_loads_tiktoken(loaders: Loaders) -> None:
+    tokens._reset(loaders.working)
+    tokens.use_estimate_only()
+    assert count_tokens("hello world") == estimate_tokens("hello world")
+    assert truncate_to_tokens("word " * 50, 5) == truncate_to_tokens("word " * 50, 5)
+    assert tokenizer_status() == "estimate" and tokens.estimate_only()
+    assert loaders.calls == 0  # the loader never ran, not even in the background
+
+
+def test_estimate_setting_from_the_environment_makes_no_network_attempt(
+        loaders: Loaders, tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """HARNESS_MEMORY_TOKENIZER=estimate: building the services and counting, cutting and reporting
+    tokens never runs the tiktoken loader (the only code that imports tiktoken) nor opens a socket."""
+    import socket
+
+    from harness_memory.config import MemoryConfig
+    from harness_memory.services import MemoryServices
+
+    attempts: list[object] = []
+
+    def connect(self: socket.socket, address: object) -> None:
+        attempts.append(address)
+        raise OSError("network attempt")
+
+    tokens._reset(loaders.working)
+    cfg = MemoryConfig.load(env={"HARNESS_MEMORY_TOKENIZER": "estimate"},
+                            store={"backend": "local", "local_root": str(tmp_path)})
+    assert cfg.model.tokenizer == "estimate"
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    services = MemoryServices.from_config(cfg)
+    try:
+        assert count_tokens("hello world, 你好") == estimate_tokens("hello world, 你好")
+        truncate_to_tokens("word " * 100, 7)
+        assert tokenizer_status() == "estimate"
+    finally:
+        services.close()
+    assert loaders.calls == 0 and attempts == []

@@ -1,6 +1,6 @@
 """tiktoken offline: ``harness-memory tiktoken-cache`` puts a verified BPE file where tiktoken's
-own loader finds it (no network), refuses a wrong file, and ``HARNESS_MEMORY_TIKTOKEN`` keeps a
-process from ever trying (``off``) or from trying the network (``offline``)."""
+own loader finds it (no network), refuses a wrong file, and ``model.tokenizer``
+(``HARNESS_MEMORY_TOKENIZER``) keeps a process from trying the network (``offline``)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,12 @@ from harness_memory.cli import main
 
 @pytest.fixture(autouse=True)
 def fresh_loader(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR", tokens_cache.MODE_ENV):
+    for name in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR"):
         monkeypatch.delenv(name, raising=False)
     tokens._reset()
     yield
     tokens._reset()
+    tokens_cache.set_mode("tiktoken")
 
 
 def test_stored_file_is_what_tiktokens_loader_reads_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -50,8 +51,7 @@ def test_cli_refuses_a_file_that_is_not_the_encoding(tmp_path: Path, capsys: pyt
     assert main(["tiktoken-cache", "--status"]) == 3
 
 
-@pytest.mark.parametrize("mode", ["off", "offline"])
-def test_the_setting_keeps_tiktoken_from_trying(mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_offline_keeps_tiktoken_from_trying_the_network(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
 
     def get_encoding(name: str) -> object:
@@ -59,7 +59,7 @@ def test_the_setting_keeps_tiktoken_from_trying(mode: str, tmp_path: Path, monke
         raise AssertionError("tiktoken was asked to load")
 
     monkeypatch.setattr(tiktoken, "get_encoding", get_encoding)
-    monkeypatch.setenv(tokens_cache.MODE_ENV, mode)
+    tokens.configure("offline")  # what MemoryServices does with model.tokenizer=offline
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "empty"))
     assert tokens.count_tokens("hello world, 你好") == tokens.estimate_tokens("hello world, 你好")
     assert calls == []

@@ -13,7 +13,7 @@ which is, by hand::
                   additional_context=auto.render_injection(user_id))
 """
 
-from .apply import ApplyReport, ApplyRules, NewFact, UpdatePlan, apply_plan, scrub_uploads
+from .apply import apply_plan
 from .capture import (
     capture_messages,
     capture_run,
@@ -22,14 +22,19 @@ from .capture import (
     detect_signals,
     strip_injected,
 )
+from .facts import FactNotFound
 from .inject import render_injection_block
 from .model import Batch, CapturedMessage, Category, Fact, Profile, ProfileKey, QueueKey, Signals
+from .plan import ApplyContext, ApplyReport, ApplyRules, NewFact, Removal, UpdatePlan, scrub_uploads
 from .queue import DebounceQueue, QueuePolicy, QueueStats, QueueWorker
-from .service import AutoMemory, FactNotFound, attach_auto_memory, auto_memory_for
+from .rider import SummaryRider
+from .service import AutoMemory, attach_auto_memory, auto_memory_for
+from .signals import SignalPatterns, default_patterns
 from .store import AutoPlace, AutoView, Watermarks
 from .updater import Updater, UpdateResult, UpdateStatus, build_messages, parse_answer
 
 __all__ = [
+    "ApplyContext",
     "ApplyReport",
     "ApplyRules",
     "AutoMemory",
@@ -48,7 +53,10 @@ __all__ = [
     "QueuePolicy",
     "QueueStats",
     "QueueWorker",
+    "Removal",
+    "SignalPatterns",
     "Signals",
+    "SummaryRider",
     "UpdatePlan",
     "UpdateResult",
     "UpdateStatus",
@@ -60,6 +68,7 @@ __all__ = [
     "build_messages",
     "capture_messages",
     "capture_run",
+    "default_patterns",
     "detect_correction",
     "detect_reinforcement",
     "detect_signals",

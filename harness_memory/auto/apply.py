@@ -1,199 +1,258 @@
 """Apply: the rules that turn a validated model answer into changes of an auto-memory place.
 
 Why the rules live apart from the model call: they are what keeps memory clean no matter what
-the model says — confidence clamped to [0, 1]; facts below the threshold dropped (a passing
-"maybe I'll learn Rust" must not become a trait); near-duplicates merged (case, spaces and
-punctuation ignored; a restated fact is refreshed, not repeated); corrections kept with
-confidence >= 0.95 and the mistake they correct; sentences that mention uploads or
-session-scoped paths removed (those files are gone next session and would send the agent
-looking for them); at most ``max_facts`` kept, lowest confidence trimmed first.
+the model says. In order:
 
-And why they run on the state re-read under the lock, against the snapshot the model saw: a
-person may edit or add facts (tools, HTTP API) while the model is thinking. Their edit wins —
-a fact changed since the snapshot is not removed, a profile section edited since is not
-overwritten — and nothing is written from the stale snapshot.
+1. **Profile** sections: scrubbed of uploads, bounded, placeholders refused, an edit a person made
+   while the model was thinking wins.
+2. **Review**: facts past their ``expires`` day are dropped (the periodic staleness review rides
+   on every update of the place; no model call).
+3. **New facts**: upload sentences scrubbed, confidence clamped to [0, 1] and thresholded, then
+   doubted (``doubt.py``) — placeholders, task-scoped facts and facts only the assistant said are
+   refused; a ``correction`` needs a correction signal in the user's own words (then it is raised
+   to 0.95), unless it restates a correction already stored. A fact restating a stored one (same
+   words, or the same content words in the same order) refreshes it: higher confidence kept,
+   confirmation counted when the user's words carry it. ``merges`` folds the named facts into
+   the highest-confidence one of them: its id, ``source`` and creation time stay, the highest
+   confidence and a correction's ``sourceError`` are kept, confirmations add up.
+4. **Reinforcement**: ``factsToReinforce`` counts only with a reinforcement signal.
+5. **Removals** need a reason: the new fact that replaces the old one (``replacedBy``, which must
+   have been stored under another id) or a "forget" signal in the user's words; facts a person
+   added need the latter. An update with broken additions applies no removal at all (its
+   replacement may be the broken item), and at most ``max_removals`` are made per update.
+6. **Capacity**: beyond ``max_facts`` the lowest keep score goes (``lifecycle.to_evict``).
+
+Every refusal is counted and logged (``ApplyReport.reject``). The rules run on the state re-read
+under the lock, against the snapshot the model saw: a fact changed since the snapshot is not
+removed or merged away, a profile section edited since is not overwritten.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
-import re
-from dataclasses import dataclass, field
 
-from .model import (
-    MAX_FACT_CHARS,
-    MAX_SECTION_CHARS,
-    MAX_SOURCE_ERROR_CHARS,
-    Category,
-    Fact,
-    ProfileKey,
-    clean_section,
-    one_line,
+from .doubt import Evidence, reversed_correction, task_scope_label
+from .lifecycle import expiry_for, is_expired, paraphrase_key, to_evict
+from .model import MAX_FACT_CHARS, MAX_SECTION_CHARS, MAX_SOURCE_ERROR_CHARS, Category, Fact, clean_section, one_line
+from .plan import (
+    CORRECTION_MIN_CONFIDENCE,
+    ApplyContext,
+    ApplyReport,
+    ApplyRules,
+    NewFact,
+    UpdatePlan,
+    scrub_uploads,
 )
-from .store import AutoTxn, AutoView, new_fact_id
+from .store import AutoTxn, AutoView, new_fact_id, now_iso
 
 log = logging.getLogger(__name__)
-
-CORRECTION_MIN_CONFIDENCE = 0.95
-
-_UPLOAD_MENTION = re.compile(
-    r"/mnt/(?:user-data|data)\b\S*|(?<![\w/])/tmp/\S+|/workspace/\S+|\bsandbox:/\S+"
-    r"|\b(?:the|this|that|an?|your|my|his|her|their)\s+(?:newly\s+)?uploaded\b"
-    r"|\buploaded\s+(?:a|an|the|this|that|some|two|three|several|\d+)?\s*(?:new\s+)?"
-    r"(?:files?|documents?|pdfs?|images?|pictures?|photos?|spreadsheets?|csvs?|screenshots?|attachments?)"
-    r"|\b(?:attached|provided)\s+(?:files?|documents?|pdfs?|images?|spreadsheets?)\b|\battachments?\b"
-    r"|上传的|上传了|已上传|所上传|上传(?:一个|一份|几个|多个)?(?:文件|文档|图片|表格|附件|截图|PDF|pdf)|附件",
-    re.IGNORECASE,
-)
-_SENTENCE = re.compile(r"[^。！？!?\n]*?(?:[。！？!?]+[”\"』」)]*|\.(?=\s|$)|\n|$)", re.DOTALL)
+MAX_MERGE_SOURCES = 8
 
 
-def scrub_uploads(text: str) -> str:
-    """``text`` without the sentences that mention uploads or session-scoped paths.
-
-    Sentences end at ``.`` followed by a space or the end (so ``a.pdf`` does not split), at
-    ``!``/``?``, at the Chinese ``。！？`` and at line breaks.
-    """
-    if not _UPLOAD_MENTION.search(text):
-        return text.strip()
-    kept = [s for s in _SENTENCE.findall(text) if s.strip() and not _UPLOAD_MENTION.search(s)]
-    return "".join(kept).strip()
-
-
-@dataclass(frozen=True, slots=True)
-class NewFact:
-    """A fact proposed by the model, validated in shape (not yet by the rules)."""
-
-    content: str
-    category: Category
-    confidence: float | None
-    source_error: str | None = None
-
-
-@dataclass(slots=True)
-class UpdatePlan:
-    """A validated model answer."""
-
-    profile: dict[ProfileKey, str] = field(default_factory=dict)
-    new_facts: list[NewFact] = field(default_factory=list)
-    remove_ids: list[str] = field(default_factory=list)
-    #: Items the validator dropped (bad category, missing content, ...), for logs and tests.
-    invalid_items: int = 0
-
-
-@dataclass(slots=True)
-class ApplyReport:
-    added: list[str] = field(default_factory=list)
-    refreshed: list[str] = field(default_factory=list)
-    removed: list[str] = field(default_factory=list)
-    trimmed: list[str] = field(default_factory=list)
-    profile_updated: list[ProfileKey] = field(default_factory=list)
-    dropped_low_confidence: int = 0
-    dropped_scrubbed: int = 0
-    unknown_removals: list[str] = field(default_factory=list)
-    kept_edited: list[str] = field(default_factory=list)
-
-    @property
-    def changed(self) -> bool:
-        return bool(self.added or self.refreshed or self.removed or self.trimmed or self.profile_updated)
-
-
-@dataclass(frozen=True, slots=True)
-class ApplyRules:
-    threshold: float = 0.7
-    max_facts: int = 100
-
-
-def clamp(value: float) -> float:
-    return min(1.0, max(0.0, value))
-
-
-def apply_plan(plan: UpdatePlan, txn: AutoTxn, snapshot: AutoView, rules: ApplyRules, *, source: str,
-               correction_signal: bool = False) -> ApplyReport:
+def apply_plan(plan: UpdatePlan, txn: AutoTxn, snapshot: AutoView, rules: ApplyRules, ctx: ApplyContext,
+               report: ApplyReport | None = None) -> ApplyReport:
     """Apply ``plan`` to the state in ``txn`` (current, under the lock); ``snapshot`` is what
     the model saw."""
-    report = ApplyReport()
-    _apply_profile(plan, txn, snapshot, report)
-    _apply_removals(plan, txn, snapshot, report)
-    for proposed in plan.new_facts:
-        fact = prepare_fact(proposed, rules.threshold, correction_signal, report)
-        if fact is not None:
-            upsert_fact(txn, fact, source, report)
-    report.trimmed = trim_facts(txn, rules.max_facts)
+    report = report or ApplyReport()
+    _apply_profile(plan, txn, snapshot, ctx, report)
+    review_expired(txn, ctx.today, report)
+    stored: dict[int, str] = {}  # index in new_facts -> id of the fact it became
+    for index, proposed in enumerate(plan.new_facts):
+        merging = _merge_sources(proposed, txn, snapshot, report)
+        fact = prepare_fact(proposed, rules.threshold, ctx, report,
+                            restates_correction=any(f.category is Category.CORRECTION for f in merging))
+        if fact is None:
+            continue
+        confirmed = ctx.conversation.evidence(fact.content, proposed.evidence) is Evidence.USER
+        kept = merge_facts(txn, fact, merging, ctx, report) if merging else upsert_fact(
+            txn, fact, ctx.source, report, confirmed=confirmed, today=ctx.today)
+        stored[index] = kept.id
+    _apply_reinforcements(plan, txn, snapshot, ctx, report)
+    _apply_removals(plan, txn, snapshot, rules, ctx, stored, report)
+    report.trimmed = evict(txn, rules.max_facts)
     return report
 
 
-def prepare_fact(proposed: NewFact, threshold: float, correction_signal: bool,
-                 report: ApplyReport | None = None, *, boost_corrections: bool = True) -> NewFact | None:
-    """Scrub, bound, clamp and threshold one proposed fact; None when it is dropped.
-    ``boost_corrections`` raises a correction to 0.95 (off for a person's explicit value)."""
+def prepare_fact(proposed: NewFact, threshold: float, ctx: ApplyContext | None, report: ApplyReport | None = None,
+                 *, boost_corrections: bool = True, restates_correction: bool = False) -> NewFact | None:
+    """Scrub, bound, clamp, threshold and doubt one proposed fact; None when it is refused.
+    ``ctx`` None: a person's own value (no doubt, no raising of corrections, no threshold but
+    ``threshold``)."""
+    report = report if report is not None else ApplyReport()
     content = one_line(scrub_uploads(proposed.content), MAX_FACT_CHARS)
     if not content:
-        if report is not None:
-            report.dropped_scrubbed += 1
+        report.reject("upload", proposed.content)
         return None
     error = one_line(scrub_uploads(proposed.source_error or ""), MAX_SOURCE_ERROR_CHARS) or None
-    confidence = None if proposed.confidence is None else clamp(proposed.confidence)
-    if boost_corrections and proposed.category is Category.CORRECTION and (
-            correction_signal or (confidence is not None and confidence >= threshold)):
-        confidence = max(confidence or 0.0, CORRECTION_MIN_CONFIDENCE)
+    confidence = None if proposed.confidence is None else min(1.0, max(0.0, proposed.confidence))
+    is_correction = proposed.category is Category.CORRECTION
+    if ctx is not None:
+        placeholders = ctx.placeholders
+        if placeholders is not None and placeholders.copied(content, ctx.conversation):
+            report.reject("placeholder", content)
+            return None
+        if error and placeholders is not None and placeholders.copied(error, ctx.conversation):
+            report.reject("placeholder_source_error", error)
+            error = None
+        if task_scope_label(proposed.scope) or ctx.patterns.task_scoped(content):
+            report.reject("task_scope", content)
+            return None
+        if ctx.conversation.evidence(content, proposed.evidence) is Evidence.ASSISTANT_ONLY:
+            report.reject("assistant_only", content)
+            return None
+        if is_correction and not ctx.signals.correction and not restates_correction:
+            report.reject("correction_without_signal", content)
+            return None
+        if is_correction and reversed_correction(content, ctx.conversation.user):
+            report.reject("correction_reversed", content)
+            return None
+        if is_correction and boost_corrections and ctx.signals.correction:
+            confidence = max(confidence or 0.0, CORRECTION_MIN_CONFIDENCE)
     if confidence is None or confidence < threshold:
-        if report is not None:
-            report.dropped_low_confidence += 1
+        report.reject("low_confidence", content)
         return None
-    return NewFact(content, proposed.category, confidence, error if proposed.category is Category.CORRECTION
-                   else None)
+    if ctx is not None:
+        expires = expiry_for(proposed.expires, proposed.valid_days, content, ctx.today)
+    else:
+        expires = proposed.expires or ""
+    return NewFact(content, proposed.category, confidence, error if is_correction else None,
+                   proposed.evidence, proposed.scope, expires or None, None, proposed.merges)
 
 
-def upsert_fact(txn: AutoTxn, fact: NewFact, source: str, report: ApplyReport) -> Fact:
-    """Add ``fact``, or refresh its near-duplicate (confidence = the higher one)."""
-    norm = Fact("", fact.content, fact.category, 0.0).norm
+def upsert_fact(txn: AutoTxn, fact: NewFact, source: str, report: ApplyReport, *, confirmed: bool = False,
+                today: dt.date | None = None) -> Fact:
+    """Add ``fact``, or refresh the stored fact it restates (same words, or the same content
+    words in the same order): the higher confidence is kept, a correction stays one, and when
+    the user's words carry it the confirmation is counted."""
     assert fact.confidence is not None
-    for existing in txn.view.facts.values():
-        if existing.norm != norm:
-            continue
-        before = (existing.confidence, existing.category, existing.source_error)
+    existing = _restated(txn.view, fact.content)
+    if existing is not None:
+        before = (existing.confidence, existing.category, existing.source_error, existing.confirmations,
+                  existing.expires)
         existing.confidence = max(existing.confidence, fact.confidence)
         if fact.category is Category.CORRECTION and not existing.is_manual:
             existing.category = Category.CORRECTION
         if fact.source_error and not existing.source_error:
             existing.source_error = fact.source_error
-        if (existing.confidence, existing.category, existing.source_error) != before:
+        if fact.expires and existing.expires and fact.expires > existing.expires:
+            existing.expires = fact.expires  # said again with a later date: holds longer
+        if confirmed:
+            existing.confirmations += 1
+            existing.confirmed = now_iso()
+        after = (existing.confidence, existing.category, existing.source_error, existing.confirmations,
+                 existing.expires)
+        if after != before:
             txn.put_fact(existing)
             report.refreshed.append(existing.id)
         return existing
     new = Fact(id=new_fact_id(txn.view.facts), content=fact.content, category=fact.category,
-               confidence=fact.confidence, source=source, source_error=fact.source_error)
+               confidence=fact.confidence, source=source, source_error=fact.source_error,
+               confirmed=now_iso(), expires=fact.expires or "")
     txn.put_fact(new)
     report.added.append(new.id)
     return new
 
 
-def trim_facts(txn: AutoTxn, max_facts: int) -> list[str]:
-    """Delete the lowest-confidence (then oldest) automatic facts beyond ``max_facts``.
-    Facts a person added or edited are never trimmed, so they may exceed the cap."""
-    facts = list(txn.view.facts.values())
-    excess = len(facts) - max_facts
-    if excess <= 0:
-        return []
-    candidates = sorted((f for f in facts if not f.is_manual), key=lambda f: (f.confidence, f.updated))
-    trimmed = [f.id for f in candidates[:excess]]
-    for fid in trimmed:
+def _restated(view: AutoView, content: str) -> Fact | None:
+    norm = Fact("", content, Category.CONTEXT, 0.0).norm
+    key = paraphrase_key(content)
+    for existing in view.facts.values():
+        if existing.norm == norm:
+            return existing
+    if key:
+        for existing in view.facts.values():
+            if paraphrase_key(existing.content) == key:
+                return existing
+    return None
+
+
+def _merge_sources(proposed: NewFact, txn: AutoTxn, snapshot: AutoView, report: ApplyReport) -> list[Fact]:
+    """The stored facts ``proposed.merges`` may fold in: existing, automatic, unchanged since the
+    model saw them, at most ``MAX_MERGE_SOURCES``."""
+    sources: list[Fact] = []
+    for fid in dict.fromkeys(proposed.merges):
+        fact = txn.view.facts.get(fid)
+        seen = snapshot.facts.get(fid)
+        if fact is None or seen is None:
+            report.reject("merge_unknown_id", fid)
+        elif seen.stamp != fact.stamp:
+            report.reject("merge_edited_meanwhile", fid)
+        elif fact.is_manual:
+            report.reject("merge_manual_fact", fid)
+        elif len(sources) >= MAX_MERGE_SOURCES:
+            report.reject("merge_too_many", fid)
+        else:
+            sources.append(fact)
+    return sources
+
+
+def merge_facts(txn: AutoTxn, fact: NewFact, sources: list[Fact], ctx: ApplyContext, report: ApplyReport) -> Fact:
+    """Fold ``sources`` and the new wording into the most confident source (see the module doc)."""
+    assert fact.confidence is not None
+    keep = max(sources, key=lambda f: (f.confidence, f.confirmations, f.id))
+    keep.content = fact.content
+    keep.confidence = max([fact.confidence, *(f.confidence for f in sources)])
+    if fact.category is Category.CORRECTION or any(f.category is Category.CORRECTION for f in sources):
+        keep.category = Category.CORRECTION
+        keep.source_error = keep.source_error or fact.source_error or next(
+            (f.source_error for f in sources if f.source_error), None)
+    else:
+        keep.category = fact.category
+        keep.source_error = None
+    keep.confirmations = sum(f.confirmations for f in sources) + 1
+    keep.confirmed = now_iso()
+    expiries = [e for e in (fact.expires, *(f.expires for f in sources)) if e]
+    keep.expires = fact.expires or (min(expiries) if expiries and all(f.expires for f in sources) else "")
+    keep.created = min((f.created for f in sources if f.created), default=keep.created)
+    txn.put_fact(keep)
+    for other in sources:
+        if other.id != keep.id:
+            txn.delete_fact(other.id)
+    report.merged.append(keep.id)
+    return keep
+
+
+def review_expired(txn: AutoTxn, today: dt.date, report: ApplyReport) -> list[str]:
+    """Drop the facts past their last day (manual ones too: their expiry was stated)."""
+    gone = [f.id for f in txn.view.facts.values() if is_expired(f, today)]
+    for fid in gone:
         txn.delete_fact(fid)
-    if trimmed:
-        log.info("auto memory over %d facts: trimmed %d lowest-confidence ones", max_facts, len(trimmed))
-    return trimmed
+    report.expired += gone
+    if gone:
+        log.info("auto memory: %d expired fact(s) dropped", len(gone))
+    return gone
 
 
-def _apply_profile(plan: UpdatePlan, txn: AutoTxn, snapshot: AutoView, report: ApplyReport) -> None:
+def evict(txn: AutoTxn, max_facts: int) -> list[str]:
+    """Delete the automatic facts with the lowest keep score beyond ``max_facts``."""
+    gone = to_evict(txn.view.facts.values(), max_facts, dt.datetime.now(dt.UTC))
+    for fid in gone:
+        txn.delete_fact(fid)
+    if gone:
+        log.info("auto memory over %d facts: evicted %d", max_facts, len(gone))
+    return gone
+
+
+def trim_facts(txn: AutoTxn, max_facts: int) -> list[str]:
+    """Alias of ``evict`` (the fact API's name)."""
+    return evict(txn, max_facts)
+
+
+def _apply_profile(plan: UpdatePlan, txn: AutoTxn, snapshot: AutoView, ctx: ApplyContext,
+                   report: ApplyReport) -> None:
     if not plan.profile:
         return
     current = txn.view.profile
     sections = dict(current.sections)
+    updated = []
     for key, summary in plan.profile.items():
         text = clean_section(scrub_uploads(summary))
         text = text if len(text) <= MAX_SECTION_CHARS else text[: MAX_SECTION_CHARS - 1].rstrip() + "…"
         if not text:
+            continue
+        if ctx.placeholders is not None and ctx.placeholders.copied(text, ctx.conversation):
+            report.reject("placeholder", text)
             continue
         if current.get(key) != snapshot.profile.get(key):
             report.kept_edited.append(key.value)
@@ -201,23 +260,61 @@ def _apply_profile(plan: UpdatePlan, txn: AutoTxn, snapshot: AutoView, report: A
             continue
         if sections.get(key) != text:
             sections[key] = text
-            report.profile_updated.append(key)
-    if report.profile_updated:
+            updated.append(key)
+    if updated:
+        report.profile_updated += updated
         txn.set_profile(type(current)(sections))
 
 
-def _apply_removals(plan: UpdatePlan, txn: AutoTxn, snapshot: AutoView, report: ApplyReport) -> None:
-    for fid in plan.remove_ids:
+def _apply_reinforcements(plan: UpdatePlan, txn: AutoTxn, snapshot: AutoView, ctx: ApplyContext,
+                          report: ApplyReport) -> None:
+    for fid in dict.fromkeys(plan.reinforce_ids):
         fact = txn.view.facts.get(fid)
+        if not ctx.signals.reinforcement:
+            report.reject("reinforce_without_signal", fid)
+        elif fact is None or fid not in snapshot.facts:
+            report.reject("reinforce_unknown_id", fid)
+        elif fid not in report.refreshed and fid not in report.merged:
+            fact.confirmations += 1
+            fact.confirmed = now_iso()
+            txn.put_fact(fact)
+            report.confirmed.append(fid)
+
+
+def _apply_removals(plan: UpdatePlan, txn: AutoTxn, snapshot: AutoView, rules: ApplyRules, ctx: ApplyContext,
+                    stored: dict[int, str], report: ApplyReport) -> None:
+    if not plan.removals:
+        return
+    if plan.invalid_facts:
+        for removal in plan.removals:
+            report.reject("removal_with_invalid_additions", removal.id)
+        return
+    forget = ctx.signals.has("forget")
+    allowed: list[tuple[bool, str]] = []  # (replaced, id)
+    for removal in dict((r.id, r) for r in plan.removals).values():
+        fact = txn.view.facts.get(removal.id)
         if fact is None:
-            report.unknown_removals.append(fid)
+            report.unknown_removals.append(removal.id)
             continue
-        seen = snapshot.facts.get(fid)
+        seen = snapshot.facts.get(removal.id)
         if seen is None or seen.stamp != fact.stamp:
-            report.kept_edited.append(fid)
-            log.info("fact %s changed while the model was thinking; not removing it", fid)
+            report.kept_edited.append(removal.id)
+            log.info("fact %s changed while the model was thinking; not removing it", removal.id)
             continue
-        txn.delete_fact(fid)
-        report.removed.append(fid)
+        replacement = stored.get(removal.replaced_by) if removal.replaced_by is not None else None
+        replaced = replacement is not None and replacement != removal.id and replacement in txn.view.facts
+        if fact.is_manual and not forget:
+            report.reject("removal_of_manual_fact", removal.id)
+        elif not (replaced or forget):
+            reason = "removal_replacement_refused" if removal.replaced_by is not None else "removal_without_reason"
+            report.reject(reason, removal.id)
+        else:
+            allowed.append((replaced, removal.id))
+    allowed.sort(key=lambda item: not item[0])  # removals with a stored replacement first
+    for i, (_, fid) in enumerate(allowed):
+        if i >= rules.max_removals:
+            report.reject("removal_cap", fid)
+        elif txn.delete_fact(fid):
+            report.removed.append(fid)
     if report.unknown_removals:
         log.info("ignored removal of unknown fact ids %s", report.unknown_removals[:5])

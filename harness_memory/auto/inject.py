@@ -5,7 +5,8 @@ useful fit in front of every request. The profile summaries come first (the broa
 then facts by confidence until ``max_injection_tokens`` is reached. Corrections get a reserved
 share of the budget (``correction_share``) so a pile of confident preferences can never push
 out "don't do X again" — they are rendered with ``(avoid: …)``. Any unused reserve goes back
-to the other facts. ``<current_date>`` lets the model resolve "next week".
+to the other facts. ``<current_date>`` (with the weekday) lets the model resolve "next week"; a
+time-bound fact shows its last day, and one past it is not shown at all.
 
 The block is meant for the agent's ``additional_context`` (the system prompt): the model sees
 it, the user's visible messages do not contain it. Built from manifests only (one GET per
@@ -18,6 +19,7 @@ import datetime as dt
 from dataclasses import dataclass
 
 from ..tokens import count_tokens, truncate_to_tokens
+from .lifecycle import is_expired
 from .model import Category, Fact
 from .store import AutoView
 
@@ -43,9 +45,17 @@ class _Item:
 
 
 def fact_line(fact: Fact) -> str:
+    """One fact as injected (the one place a fact's text enters the block)."""
+    until = f" (until {fact.expires})" if fact.expires else ""
     if fact.category is Category.CORRECTION:
-        return f"- {fact.content}" + (f" (avoid: {fact.source_error})" if fact.source_error else "")
-    return f"- [{fact.category.value}, {fact.confidence:.2f}] {fact.content}"
+        return f"- {fact.content}" + (f" (avoid: {fact.source_error})" if fact.source_error else "") + until
+    return f"- [{fact.category.value}, {fact.confidence:.2f}] {fact.content}{until}"
+
+
+def date_line(today: dt.date) -> str:
+    """``<current_date>2026-11-30, Monday</current_date>``: the weekday lets the model resolve
+    "next Friday" as well as "next week"."""
+    return f"<current_date>{today.isoformat()}, {today.strftime('%A')}</current_date>"
 
 
 def _ranked(facts: list[Fact]) -> list[Fact]:
@@ -79,17 +89,18 @@ class _Budget:
 def render_injection_block(user: AutoView | None, shared: AutoView | None, *, max_tokens: int = 2000,
                            correction_share: float = 0.25, today: dt.date | None = None) -> str:
     """The ``<system-reminder>`` block, or '' when neither place holds anything (or nothing fits)."""
+    today = today or dt.date.today()
     views = [(v, scope) for v, scope in ((user, "user"), (shared, "shared")) if v is not None]
-    if not any(v.facts or not v.profile.is_empty() for v, _ in views):
+    live = {id(v): [f for f in v.facts.values() if not is_expired(f, today)] for v, _ in views}
+    if not any(live[id(v)] or not v.profile.is_empty() for v, _ in views):
         return ""
-    date_line = f"<current_date>{(today or dt.date.today()).isoformat()}</current_date>"
-    frame = [OPEN, INTRO, MEMORY_CLOSE, date_line, CLOSE]
+    frame = [OPEN, INTRO, MEMORY_CLOSE, date_line(today), CLOSE]
     budget = _Budget(max_tokens - sum(count_tokens(x) + 1 for x in frame))
 
     corrections: list[tuple[Fact, str]] = []
     others: list[tuple[Fact, str]] = []
     for view, scope in views:
-        for fact in view.facts.values():
+        for fact in live[id(view)]:  # a fact past its last day is never shown
             (corrections if fact.category is Category.CORRECTION else others).append((fact, scope))
     rank = {id(f): i for i, f in enumerate(_ranked([f for f, _ in corrections + others]))}
     corrections.sort(key=lambda p: rank[id(p[0])])
@@ -145,13 +156,13 @@ def render_injection_block(user: AutoView | None, shared: AutoView | None, *, ma
 
 
 def _render(items: list[_Item], frame: list[str]) -> str:
-    open_, intro, memory_close, date_line, close = frame
+    open_, intro, memory_close, date, close = frame
     parts = [open_, intro]
     for heading in (H_PROFILE, H_PROJECT_PROFILE, H_CORRECTIONS, H_FACTS, H_PROJECT_FACTS):
         lines = [it.line for it in items if it.group == heading]
         if lines:
             parts += ["", heading, *lines]
-    parts += [memory_close, date_line, close]
+    parts += [memory_close, date, close]
     return "\n".join(parts)
 
 

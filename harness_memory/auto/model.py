@@ -51,6 +51,35 @@ class Category(StrEnum):
                 continue
         return None
 
+    @classmethod
+    def coerce(cls, value: object) -> Category:
+        """The category for any label a model may invent: a known one (forgiving case, spaces and
+        plurals), else the nearest by meaning ("location" -> context, "skills" -> knowledge,
+        "habit" -> behavior), else ``context`` — a fact is never lost for its label."""
+        known = cls.parse(value)
+        if known is not None:
+            return known
+        if isinstance(value, str):
+            words = re.findall(r"[a-z]+|[\u4e00-\u9fff]+", value.casefold())
+            for word in words:
+                for stem in (word, word[:-1] if word.endswith("s") else word):
+                    if stem in _CATEGORY_SYNONYMS:
+                        return _CATEGORY_SYNONYMS[stem]
+        return cls.CONTEXT
+
+
+_CATEGORY_SYNONYMS: dict[str, Category] = {
+    **dict.fromkeys(("like", "dislike", "taste", "style", "preferred", "favorite", "favourite", "choice",
+                     "tool", "setting", "format", "偏好", "喜好", "风格"), Category.PREFERENCE),
+    **dict.fromkeys(("skill", "expertise", "technology", "tech", "stack", "domain", "language", "experience",
+                     "know", "learning", "技能", "知识", "技术"), Category.KNOWLEDGE),
+    **dict.fromkeys(("habit", "pattern", "workflow", "routine", "communication", "practice", "process",
+                     "习惯", "行为"), Category.BEHAVIOR),
+    **dict.fromkeys(("plan", "objective", "aim", "target", "deadline", "milestone", "intention", "todo",
+                     "目标", "计划"), Category.GOAL),
+    **dict.fromkeys(("feedback", "mistake", "fix", "avoid", "纠正", "更正"), Category.CORRECTION),
+}
+
 
 _CATEGORY_TYPES = {
     Category.PREFERENCE: MemoryType.USER,
@@ -136,6 +165,12 @@ class Fact:
     updated: str = ""
     #: The manifest entry's ``updated_at`` when read: tells whether someone edited it since.
     stamp: float = 0.0
+    #: When the user last said or confirmed it (ISO time; '' = only when created).
+    confirmed: str = ""
+    #: How often the user said or confirmed it (1 = once).
+    confirmations: int = 1
+    #: The last day it is true (ISO date) for time-bound facts ("trip next week"); '' = no expiry.
+    expires: str = ""
 
     @property
     def file(self) -> str:
@@ -172,16 +207,47 @@ class CapturedMessage:
 
 @dataclass(frozen=True, slots=True)
 class Signals:
-    """What the capture noticed in the user's words. OR-ed when queue items merge."""
+    """What the signal patterns found in the user's words (``signals.py``). OR-ed when queue
+    items merge."""
 
-    correction: bool = False
-    reinforcement: bool = False
-    #: Short excerpts of the user messages that carried a correction (for the prompt).
-    correction_hints: tuple[str, ...] = ()
+    names: frozenset[str] = frozenset()
+    #: (signal, excerpt of the user message that carried it), for the prompt.
+    excerpts: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(cls, *names: str, excerpts: tuple[tuple[str, str], ...] = ()) -> Signals:
+        return cls(frozenset(names), excerpts)
+
+    def has(self, name: str) -> bool:
+        return name in self.names
+
+    @property
+    def correction(self) -> bool:
+        return "correction" in self.names
+
+    @property
+    def reinforcement(self) -> bool:
+        return "reinforcement" in self.names
+
+    def excerpts_of(self, name: str) -> tuple[str, ...]:
+        return tuple(e for n, e in self.excerpts if n == name)
+
+    @property
+    def correction_hints(self) -> tuple[str, ...]:
+        return self.excerpts_of("correction")
+
+    def bounded(self) -> Signals:
+        """At most ``MAX_EXCERPTS`` excerpts per signal (the newest)."""
+        kept: list[tuple[str, str]] = []
+        for name in sorted({n for n, _ in self.excerpts}):
+            kept += [(name, e) for e in list(dict.fromkeys(self.excerpts_of(name)))[-MAX_EXCERPTS:]]
+        return Signals(self.names, tuple(kept))
 
     def merge(self, other: Signals) -> Signals:
-        hints = tuple(dict.fromkeys(self.correction_hints + other.correction_hints))[-5:]
-        return Signals(self.correction or other.correction, self.reinforcement or other.reinforcement, hints)
+        return Signals(self.names | other.names, self.excerpts + other.excerpts).bounded()
+
+
+MAX_EXCERPTS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +274,9 @@ class Batch:
     not_before: float = 0.0
     #: Estimated tokens of the user messages (a batch that grows too big is extracted at once).
     user_tokens: int = 0
+    #: Session memory summarises this session too: the extraction waits to ride along with a
+    #: summary (one model call for both; ``queue.py``).
+    carried: bool = False
 
     def __post_init__(self) -> None:
         self.user_tokens = sum(m.tokens for m in self.messages if m.role == "user")

@@ -18,6 +18,12 @@ batch waiting longest — not dropped but handed to the workers at once (its deb
 short), which loses nothing. Only when the workers are so far behind that the ready list is
 full too is the oldest ready batch dropped, with a warning and a counter.
 
+Sessions that session memory summarises too (``carried``): their extraction waits for the
+session's next summary and rides along in that call (one model call for both, ``rider.py``), so
+its due time is the summary — or ``min_interval_seconds`` after the last message (the user has
+left; no summary is coming) or ``summary_wait_seconds`` after the first, whichever comes first —
+and at once by the normal rules when the same user starts talking in another session.
+
 ``DebounceQueue`` is the pure state (time is passed in: tests and the benchmark use a virtual
 clock); ``QueueWorker`` runs it with worker threads so the user's run never waits.
 """
@@ -46,6 +52,7 @@ class QueuePolicy:
     batch_max_user_tokens: int = 4000
     max_attempts: int = 3
     retry_delay_seconds: float = 30.0
+    summary_wait_seconds: float = 7200.0
 
 
 @dataclass(slots=True)
@@ -78,17 +85,24 @@ class DebounceQueue:
         p = self.policy
         if len(batch.messages) >= p.batch_max_messages or batch.user_tokens >= p.batch_max_user_tokens:
             return max(batch.first_at, batch.not_before)
+        if batch.carried:  # waiting for the session's next summary to ride along
+            due = min(batch.last_at + max(p.debounce_seconds, p.min_interval_seconds),
+                      batch.first_at + p.summary_wait_seconds)
+            return max(due, batch.not_before)
         due = min(batch.last_at + p.debounce_seconds, batch.first_at + p.max_wait_seconds)
         previous = self.last_taken.get(batch.key)
         if previous is not None:
             due = max(due, previous + p.min_interval_seconds)
         return max(due, batch.not_before)
 
-    def add(self, key: QueueKey, messages: list[CapturedMessage], signals: Signals, now: float) -> None:
+    def add(self, key: QueueKey, messages: list[CapturedMessage], signals: Signals, now: float,
+            carried: bool = False) -> None:
         self.stats.submitted += 1
+        self._release_other_sessions(key)
         batch = self.pending.get(key)
         if batch is not None:
             batch.extend(messages, signals, now)
+            batch.carried = batch.carried or carried
             self.stats.merged += 1
             return
         if len(self.pending) >= self.policy.queue_max:
@@ -98,7 +112,29 @@ class DebounceQueue:
             self.stats.expedited += 1
             log.info("auto-memory queue full (%d): updating %s now instead of after its debounce",
                      self.policy.queue_max, oldest.key)
-        self.pending[key] = Batch(key, list(messages), signals, first_at=now, last_at=now)
+        self.pending[key] = Batch(key, list(messages), signals, first_at=now, last_at=now, carried=carried)
+
+    def take_session(self, session_id: str, now: float, busy: set[QueueKey],
+                     accept: Callable[[QueueKey], bool]) -> Batch | None:
+        """The pending batch of ``session_id`` that ``accept`` allows (due or not: it rides along in
+        a summary call), or None. With several (other agent types), the one waiting longest."""
+        found = [b for b in self.pending.values()
+                 if b.key.session_id == session_id and b.key not in busy and accept(b.key)]
+        if not found:
+            return None
+        batch = min(found, key=lambda b: b.first_at)
+        del self.pending[batch.key]
+        self._taken(batch.key, now)
+        return batch
+
+    def _release_other_sessions(self, key: QueueKey) -> None:
+        """The user moved on to another session: the summary their other sessions' extractions
+        wait for may never come, and the new session should soon see what they said — so those
+        batches stop waiting and follow the normal rules (debounce, ``min_interval_seconds``)."""
+        for other in self.pending.values():
+            if other.carried and other.key.session_id != key.session_id and other.key.user_id == key.user_id \
+                    and other.key.agent_type == key.agent_type:
+                other.carried = False
 
     def drop_user(self, user_id: str) -> int:
         """Discard every queued batch of ``user_id`` (the user asked to forget everything)."""
@@ -123,6 +159,7 @@ class DebounceQueue:
         if newer is not None:
             batch.extend(newer.messages, newer.signals, newer.last_at)
             batch.first_at = min(batch.first_at, newer.first_at)
+            batch.carried = batch.carried or newer.carried
         self.pending[batch.key] = batch
         return True
 
@@ -199,7 +236,8 @@ class QueueWorker:
     def stats(self) -> QueueStats:
         return self.queue.stats
 
-    def submit(self, key: QueueKey, messages: list[CapturedMessage], signals: Signals) -> None:
+    def submit(self, key: QueueKey, messages: list[CapturedMessage], signals: Signals, *,
+               carried: bool = False) -> None:
         """Queue a capture. Takes a lock for microseconds; never waits for a model."""
         if not messages:
             return
@@ -207,7 +245,7 @@ class QueueWorker:
             if self._closed:
                 log.warning("auto-memory closed: capture of %s not queued", key)
                 return
-            self.queue.add(key, messages, signals, self._clock())
+            self.queue.add(key, messages, signals, self._clock(), carried)
             self._ensure_threads()
             self._cond.notify()
 
@@ -215,6 +253,17 @@ class QueueWorker:
         """Discard the user's queued batches; a batch already being processed finishes."""
         with self._cond:
             return self.queue.drop_user(user_id)
+
+    def take_session(self, session_id: str, accept: Callable[[QueueKey], bool]) -> Batch | None:
+        """Take the pending batch of ``session_id`` for processing elsewhere (a combined call);
+        the caller must hand it back with ``finish``."""
+        with self._cond:
+            if self._closed:
+                return None
+            batch = self.queue.take_session(session_id, self._clock(), self._busy, accept)
+            if batch is not None:
+                self._busy.add(batch.key)
+            return batch
 
     def pending_count(self) -> int:
         with self._cond:
@@ -233,7 +282,13 @@ class QueueWorker:
             done += 1
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Process everything pending now (debounce ignored) and wait; False on timeout."""
+        """Process everything pending now (debounce ignored) and wait; False on timeout, or when
+        a batch was given up (abandoned or dropped) meanwhile — its conversation was not learned."""
+        with self._cond:
+            lost_before = self.queue.stats.abandoned + self.queue.stats.dropped
+        return self._flush(timeout) and self.queue.stats.abandoned + self.queue.stats.dropped == lost_before
+
+    def _flush(self, timeout: float | None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
         if not self._auto_start or self._closed_without_threads():
             self.run_due(force=True)
@@ -301,6 +356,10 @@ class QueueWorker:
         except Exception:
             log.exception("auto-memory update of %s failed", batch.key)
             ok = False
+        self.finish(batch, ok)
+
+    def finish(self, batch: Batch, ok: bool) -> None:
+        """A taken batch is done (``ok``) or goes back for another try."""
         with self._cond:
             self._busy.discard(batch.key)
             if ok:

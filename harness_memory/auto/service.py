@@ -4,9 +4,11 @@ Why one object per ``MemoryServices``: the queue and its worker threads must be 
 agent built in the process (an app builds one agent per request), and so must the light-model
 client. ``auto_memory_for(services)`` returns that one object.
 
-Write path: post-hook (capture + enqueue, microseconds) → debounced queue → worker thread →
-``Updater`` (one model call) → ``apply`` under the place lock. Read path: ``render_injection``
-reads the user's and the shared auto place's manifests and renders the reminder block.
+Write path: post-hook (capture, trivial turns dropped, signals detected, enqueue — microseconds)
+→ debounced queue → worker thread → ``Updater`` (one model call) → ``apply`` under the place lock;
+or, for a session that session memory summarises, the batch rides along in the summary call
+(``summary_rider``). Read path: ``render_injection`` reads the user's and the shared auto place's
+manifests and renders the reminder block.
 """
 
 from __future__ import annotations
@@ -18,30 +20,25 @@ import re
 import threading
 import time
 import uuid
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import HarnessMemoryError, InvalidName
+from ..errors import InvalidName
 from ..layout import validate_id
 from ..llm import LightModel, warn_no_light_model
-from .apply import ApplyReport, NewFact, prepare_fact, trim_facts, upsert_fact
-from .capture import capture_messages, capture_run, detect_signals
+from .capture import capture_messages, capture_run
+from .facts import FactAPI
 from .inject import INTRO, render_injection_block
 from .model import (
-    MAX_FACT_CHARS,
-    MAX_MANUAL_SECTION_CHARS,
-    MAX_SOURCE_ERROR_CHARS,
     Batch,
     CapturedMessage,
-    Category,
-    Fact,
-    Profile,
-    ProfileKey,
     QueueKey,
-    clean_section,
 )
+from .plan import ApplyReport
 from .queue import QueuePolicy, QueueStats, QueueWorker
+from .rider import SummaryRider
+from .signals import SignalPatterns
 from .store import AutoPlace, AutoView
 from .updater import Updater, UpdateResult, UpdateStatus
 
@@ -56,12 +53,9 @@ _SKIP_STATUSES = {"error", "cancelled", "ERROR", "CANCELLED"}
 SHARED_VIEW_TTL = 30.0
 
 
-class FactNotFound(HarnessMemoryError, LookupError):
-    """No fact with that id in the place."""
-
-
-class AutoMemory:
-    """Auto memory for one ``MemoryServices``. Thread-safe; cheap to call from hooks."""
+class AutoMemory(FactAPI):
+    """Auto memory for one ``MemoryServices``. Thread-safe; cheap to call from hooks. The fact and
+    profile API (``list_facts``, ``add_fact``, ``clear_facts``, …) comes from ``FactAPI``."""
 
     def __init__(self, services: MemoryServices, *, clock: Callable[[], float] = time.monotonic,
                  start_worker: bool = True, today: Callable[[], dt.date] = dt.date.today) -> None:
@@ -73,12 +67,19 @@ class AutoMemory:
                              min_interval_seconds=cfg.min_interval_seconds,
                              queue_max=cfg.queue_max, batch_max_messages=cfg.batch_max_messages,
                              batch_max_user_tokens=cfg.max_conversation_tokens // 2,
-                             max_attempts=cfg.max_attempts, retry_delay_seconds=max(cfg.debounce_seconds, 1.0))
-        self.updater = Updater(self._light_model, cfg, today=today)
+                             max_attempts=cfg.max_attempts, retry_delay_seconds=max(cfg.debounce_seconds, 1.0),
+                             summary_wait_seconds=cfg.summary_wait_seconds)
+        #: The signal patterns in force (bundled, extended by ``auto.patterns_dir``).
+        self.patterns = SignalPatterns.load(cfg.patterns_dir)
+        self.updater = Updater(self._light_model, cfg, today=today, patterns=self.patterns,
+                               rejected=self._count_rejections)
         self.worker = QueueWorker(self._process, policy, workers=cfg.workers, clock=clock,
                                   start_threads=start_worker)
         #: The last update results (tests, benchmarks, the control plane's debug view).
         self.results: deque[UpdateResult] = deque(maxlen=100)
+        #: Changes the apply rules refused since start, by reason (``ApplyReport.reject``).
+        self.rejections: Counter[str] = Counter()
+        self._guard = threading.Lock()
         self._closed = False
         self._shared_cache: tuple[float, AutoView] | None = None
         self._metrics_seen = QueueStats()
@@ -169,62 +170,6 @@ class AutoMemory:
         self._shared_cache = (now + SHARED_VIEW_TTL, view)
         return view
 
-    # -- fact API (control plane) ---------------------------------------------------------------------
-    def list_facts(self, user_id: str | None, *, shared: bool = False) -> list[Fact]:
-        """Facts of the user's (or the shared) auto place, most confident first."""
-        view = self._place(user_id, shared).read()
-        return sorted(view.facts.values(), key=lambda f: (-f.confidence, f.id))
-
-    def get_profile(self, user_id: str | None, *, shared: bool = False) -> Profile:
-        return self._place(user_id, shared).read().profile
-
-    def set_profile(self, user_id: str | None, profile: Profile, *, shared: bool = False) -> Profile:
-        """Replace the profile (a person's edit: the next model update builds on it).
-        Raises ValueError for a section longer than ``MAX_MANUAL_SECTION_CHARS``."""
-        sections = {ProfileKey(k): clean_section(v) for k, v in profile.sections.items()
-                    if isinstance(v, str) and v.strip()}
-        for key, text in sections.items():
-            if len(text) > MAX_MANUAL_SECTION_CHARS:
-                raise ValueError(f"profile section {key.value} is longer than {MAX_MANUAL_SECTION_CHARS} characters")
-        with self._place(user_id, shared).transaction() as txn:
-            txn.set_profile(Profile(sections))
-        return txn.view.profile
-
-    def add_fact(self, user_id: str | None, content: str, category: str | Category = Category.CONTEXT,
-                 confidence: float = 1.0, *, source_error: str | None = None, shared: bool = False) -> Fact:
-        """Add a fact by hand ("business trip next week"). A near-duplicate is refreshed instead.
-        Raises ValueError for empty/too long content, unknown category or confidence outside [0, 1]."""
-        fact = _checked(content, category, confidence, source_error)
-        with self._place(user_id, shared).transaction() as txn:
-            stored = upsert_fact(txn, fact, "manual", ApplyReport())
-            stored.source = "manual"
-            txn.put_fact(stored)
-            trim_facts(txn, self.config.max_facts)
-        return stored
-
-    def update_fact(self, user_id: str | None, fact_id: str, *, content: str | None = None,
-                    category: str | Category | None = None, confidence: float | None = None,
-                    source_error: str | None = None, shared: bool = False) -> Fact:
-        """Edit a fact (only the given fields); it becomes a manual fact. Raises FactNotFound."""
-        with self._place(user_id, shared).transaction() as txn:
-            fact = txn.view.facts.get(fact_id)
-            if fact is None:
-                raise FactNotFound(f"no fact {fact_id!r}")
-            checked = _checked(content if content is not None else fact.content,
-                               category if category is not None else fact.category,
-                               confidence if confidence is not None else fact.confidence,
-                               source_error if source_error is not None else fact.source_error)
-            fact.content, fact.category = checked.content, checked.category
-            fact.confidence = checked.confidence if checked.confidence is not None else fact.confidence
-            fact.source_error, fact.source = checked.source_error, "manual"
-            txn.put_fact(fact)
-        return fact
-
-    def delete_fact(self, user_id: str | None, fact_id: str, *, shared: bool = False) -> bool:
-        """Remove a fact; False when there is none with that id."""
-        with self._place(user_id, shared).transaction() as txn:
-            return txn.delete_fact(fact_id)
-
     # -- internals --------------------------------------------------------------------------------
     def _place(self, user_id: str | None, shared: bool) -> AutoPlace:
         if shared:
@@ -233,6 +178,13 @@ class AutoMemory:
         if not user_id:
             raise InvalidName("user id is required for a user's auto memory (or pass shared=True)")
         return AutoPlace(self.services.user_auto_dir(user_id))
+
+    @property
+    def max_facts(self) -> int:  # type: ignore[override]
+        return self.config.max_facts
+
+    def _drop_queued(self, user_id: str) -> int:
+        return self.worker.drop_user(user_id)
 
     def _light_model(self) -> LightModel | None:
         """The extraction model: ``auto.model`` on the light model's server, else the light model."""
@@ -265,7 +217,11 @@ class AutoMemory:
         except InvalidName as exc:
             log.warning("auto memory: not captured (%s)", exc)
             return
-        self.worker.submit(key, messages, detect_signals(messages))
+        messages = self.patterns.drop_trivial(messages)
+        if not any(m.role == "user" for m in messages):
+            return  # acknowledgements only ("好的", "ok"): nothing to learn, no model call
+        carried = self.services.session_carries(session_id)
+        self.worker.submit(key, messages, self.patterns.detect(messages), carried=carried)
 
     def _process(self, batch: Batch) -> bool:
         place = AutoPlace(self.services.user_auto_dir(batch.key.user_id))
@@ -273,14 +229,44 @@ class AutoMemory:
         with telemetry.extraction(batch.key.user_id, batch.key.session_id) as op:
             result = self.updater.run(place, batch)
             op.outcome = _outcome(result)
+        self.record(result)
+        return result.status is not UpdateStatus.RETRY
+
+    # -- riding along with session summaries -----------------------------------------------------
+    def summary_rider(self, session_id: str, accept: Callable[[QueueKey], bool]) -> SummaryRider | None:
+        """The pending extraction of ``session_id`` (of a user ``accept`` allows), prepared to ride
+        along in a session summary call; None when there is none or combining is off. The caller
+        must call the rider's ``finish`` (``session/combined.py`` does)."""
+        cfg = self.config
+        if self._closed or not cfg.enabled or not cfg.combine_with_summary or self._light_model() is None:
+            return None
+        batch = self.worker.take_session(session_id, accept)
+        if batch is None:
+            return None
+        try:
+            prepared = self.updater.prepare(AutoPlace(self.services.user_auto_dir(batch.key.user_id)), batch)
+        except Exception as exc:  # the store failed: the batch goes back to the queue
+            log.warning("auto memory: could not prepare %s for the session summary call (%s)", batch.key, exc)
+            self.worker.finish(batch, False)
+            return None
+        if isinstance(prepared, UpdateResult):  # nothing unseen
+            self.record(prepared)
+            self.worker.finish(batch, True)
+            return None
+        return SummaryRider(self, prepared)
+
+    def record(self, result: UpdateResult) -> None:
+        """Keep an update's result (``results``) and count its fact changes (metrics)."""
+        self.results.append(result)
         if result.report is not None:
             r = result.report
-            telemetry.auto_facts({"added": len(r.added), "merged": len(r.refreshed), "removed": len(r.removed),
-                                  "trimmed": len(r.trimmed), "dropped_low_confidence": r.dropped_low_confidence,
-                                  "dropped_scrubbed": r.dropped_scrubbed})
-        self.results.append(result)
+            refused = sum(r.rejected.values()) - r.dropped_low_confidence - r.dropped_scrubbed
+            self.services.telemetry.auto_facts({
+                "added": len(r.added), "merged": len(r.refreshed) + len(r.merged), "removed": len(r.removed),
+                "expired": len(r.expired), "trimmed": len(r.trimmed),
+                "dropped_low_confidence": r.dropped_low_confidence, "dropped_scrubbed": r.dropped_scrubbed,
+                "rejected": refused})
         self._sync_queue_metrics()
-        return result.status is not UpdateStatus.RETRY
 
     def _sync_queue_metrics(self) -> None:
         """Bring the queue metrics up to date: the depth, and the queue's counters since last time
@@ -294,31 +280,16 @@ class AutoMemory:
         delta = {f.name: getattr(now, f.name) - getattr(seen, f.name) for f in dataclasses.fields(now)}
         self.services.telemetry.auto_queue(self.worker.pending_count(), delta)
 
+    def _count_rejections(self, report: ApplyReport) -> None:
+        with self._guard:
+            self.rejections.update(report.rejected)
+
 
 def _outcome(result: UpdateResult) -> str:
     """The extraction metric's outcome: applied, skipped, unusable (answer not usable) or model_failed."""
     if result.status is UpdateStatus.RETRY:
         return "unusable" if result.reason == "unusable answer" else "model_failed"
     return result.status.value
-
-
-def _checked(content: object, category: object, confidence: object, source_error: object) -> NewFact:
-    if not isinstance(content, str) or not " ".join(content.split()):
-        raise ValueError("content must be non-empty text")
-    if len(" ".join(content.split())) > MAX_FACT_CHARS:
-        raise ValueError(f"content is longer than {MAX_FACT_CHARS} characters; keep a fact to one short sentence")
-    cat = category if isinstance(category, Category) else Category.parse(category)
-    if cat is None:
-        raise ValueError(f"category {category!r} is not one of: {', '.join(c.value for c in Category)}")
-    if isinstance(confidence, bool) or not isinstance(confidence, int | float) or not 0.0 <= confidence <= 1.0:
-        raise ValueError("confidence must be a number between 0 and 1")
-    if source_error is not None and (not isinstance(source_error, str) or len(source_error) > MAX_SOURCE_ERROR_CHARS):
-        raise ValueError(f"source_error must be text of at most {MAX_SOURCE_ERROR_CHARS} characters")
-    checked = prepare_fact(NewFact(content, cat, float(confidence), source_error or None), 0.0, False,
-                           boost_corrections=False)
-    if checked is None:
-        raise ValueError("content is empty once upload mentions and session paths are removed")
-    return checked
 
 
 _OLD_BLOCK = re.compile(r"\n*<system-reminder>\n" + re.escape(INTRO) + r".*?</system-reminder>\n?", re.DOTALL)

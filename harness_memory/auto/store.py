@@ -5,7 +5,9 @@ Layout of a place (``users/<uid>/projects/<project>/memory/`` or the shared
 
 * ``fact-<8 hex>.md`` — one fact per file. The fact text is the frontmatter ``description`` (so
   the manifest alone is enough to inject it); frontmatter also carries ``confidence``,
-  ``category``, ``source``, ``source_error``, ``created``, ``updated`` (copied into the manifest).
+  ``category``, ``source``, ``source_error``, ``created``, ``updated``, ``confirmed`` (when the
+  user last said or confirmed it), ``confirmations`` (how often) and ``expires`` (the last day a
+  time-bound fact holds) — all copied into the manifest.
 * ``profile.md`` — the six profile sections as ``## <title>`` parts. A copy of the sections
   sits in the manifest ``meta`` (stamped with the entry's ``updated_at``) so injection needs
   one GET; when someone edits ``profile.md`` through the tools or API the stamp no longer
@@ -28,6 +30,7 @@ import contextlib
 import datetime as dt
 import json
 import logging
+import math
 import re
 import uuid
 from collections.abc import Iterator
@@ -70,21 +73,32 @@ def fact_from_entry(entry: ManifestEntry) -> Fact | None:
     if category is None:
         category, source = Category.CONTEXT, source or "manual"
     error = extra.get("source_error")
+    count = extra.get("confirmations")
     return Fact(id=entry.file[:-3], content=entry.description, category=category,
                 confidence=_confidence(extra.get("confidence"), 0.9 if source == "manual" else 0.5),
                 source=source or "auto", source_error=error if isinstance(error, str) and error else None,
-                created=str(extra.get("created") or ""), updated=str(extra.get("updated") or ""),
-                stamp=entry.updated_at)
+                created=_text(extra.get("created")), updated=_text(extra.get("updated")),
+                stamp=entry.updated_at, confirmed=_text(extra.get("confirmed")),
+                confirmations=count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 1,
+                expires=_text(extra.get("expires")))
+
+
+def _text(value: object) -> str:
+    """A frontmatter time/date as text (YAML may have parsed it into a date object)."""
+    if isinstance(value, dt.datetime | dt.date):
+        return value.isoformat()
+    return str(value) if value else ""
 
 
 def _confidence(value: object, default: float) -> float:
+    """A stored confidence in [0, 1]; anything else (text, bool, NaN, ±infinity) is the default."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         return default
     try:
         number = float(value)
     except ValueError:
         return default
-    return min(1.0, max(0.0, number)) if number == number else default
+    return min(1.0, max(0.0, number)) if math.isfinite(number) else default
 
 
 def fact_memory(fact: Fact, previous: MemoryFile | None = None) -> MemoryFile:
@@ -96,6 +110,13 @@ def fact_memory(fact: Fact, previous: MemoryFile | None = None) -> MemoryFile:
     if fact.source_error:
         extra["source_error"] = fact.source_error
     extra.update(created=fact.created or now_iso(), updated=fact.updated or now_iso())
+    for key in ("confirmed", "expires"):
+        extra.pop(key, None)
+    if fact.confirmed:
+        extra["confirmed"] = fact.confirmed
+    extra["confirmations"] = max(1, fact.confirmations)
+    if fact.expires:
+        extra["expires"] = fact.expires
     parts = [fact.content] + ([f"Avoid: {fact.source_error}"] if fact.source_error else [])
     if previous is not None:
         paragraphs = [p.strip() for p in previous.body.strip().split("\n\n") if p.strip()]

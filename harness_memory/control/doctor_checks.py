@@ -339,12 +339,14 @@ def check_tiktoken(services: MemoryServices, deadline: float) -> Finding:
 
     path = tc.cache_path()
     mode = tc.mode()
-    if mode == "off":
-        return Finding("ok", f"{tc.MODE_ENV}=off: token counts use the character estimate")
+    from ..tokens import estimate_only
+
+    if mode == "estimate" or estimate_only():
+        return Finding("ok", f"{tc.SETTING}=estimate: token counts use the character estimate")
     if path is not None and tc.verified(path):
         return Finding("ok", f"cl100k_base cached at {path} (mode {mode}: no network needed)")
     fix = ("run `harness-memory tiktoken-cache --from cl100k_base.tiktoken` (or copy the file into "
-           "TIKTOKEN_CACHE_DIR); or set HARNESS_MEMORY_TIKTOKEN=off to never try")
+           "TIKTOKEN_CACHE_DIR); or set HARNESS_MEMORY_TOKENIZER=estimate to never try")
     if mode == "offline":
         return Finding("warn", f"not cached at {path}: token counts use the character estimate", fix)
     return Finding("warn", f"not cached at {path}: each new process tries to download it (an offline pod "

@@ -81,7 +81,23 @@ def auto_memory(services: MemoryServices) -> AutoMemory:
 def fact_dict(fact: Fact) -> dict[str, Any]:
     return {"id": fact.id, "content": fact.content, "category": str(fact.category.value),
             "confidence": fact.confidence, "source": fact.source, "source_error": fact.source_error,
-            "created": fact.created or None, "updated": fact.updated or None}
+            "created": fact.created or None, "updated": fact.updated or None,
+            "confirmed": fact.confirmed or None, "confirmations": fact.confirmations,
+            "expires": fact.expires or None}
+
+
+def auto_place_label(services: MemoryServices, user_id: str | None) -> str:
+    """The auto-memory directory of a user (None: the shared one), as the CLI names places."""
+    from .places import place_path
+
+    mdir = services.shared_auto_dir() if user_id is None else services.user_auto_dir(user_id)
+    return place_path(mdir.place)
+
+
+def clear_facts(services: MemoryServices, user_id: str | None) -> dict[str, Any]:
+    """Delete every auto-memory fact of a user (None: the shared place) but keep the profile."""
+    deleted = auto_memory(services).clear_facts(user_id, shared=user_id is None)
+    return {"place": auto_place_label(services, user_id), "deleted": deleted}
 
 
 # -- snapshots -------------------------------------------------------------------------------

@@ -21,7 +21,8 @@ from .model import MemoryFile, MemoryType
 
 MANIFEST_VERSION = 1
 # Frontmatter keys copied into the manifest so readers need not open the file.
-MANIFEST_EXTRA_KEYS = ("confidence", "category", "source", "source_error", "created", "updated", "tags")
+MANIFEST_EXTRA_KEYS = ("confidence", "category", "source", "source_error", "created", "updated", "tags",
+                       "confirmed", "confirmations", "expires")
 _INDEX_LINE = re.compile(r"^\s*-\s*\[(?P<name>[^\]]*)\]\((?P<file>[^)]+)\)\s*(?:[—-]+\s*(?P<desc>.*))?$")
 
 

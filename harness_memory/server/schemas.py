@@ -7,6 +7,7 @@ drives the API from this schema, so every bound here is a bound the server reall
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -140,6 +141,8 @@ class FactIn(_Strict):
                           "or correction.")
     confidence: float = Field(1.0, ge=0, le=1, description="How sure (facts a person enters: 1.0).")
     source_error: str | None = Field(None, max_length=300, description="For a correction: the wrong belief.")
+    expires: dt.date | None = Field(None, description="The last day the fact holds (a trip, a deadline); "
+                                    "without it, time words such as 'next week' set it.")
 
 
 class FactPatch(_Strict):
@@ -147,6 +150,7 @@ class FactPatch(_Strict):
     category: str | None = Field(None, max_length=40)
     confidence: float | None = Field(None, ge=0, le=1)
     source_error: str | None = Field(None, max_length=300)
+    expires: dt.date | None = Field(None, description="The last day the fact holds.")
 
 
 class FactOut(BaseModel):
@@ -158,6 +162,14 @@ class FactOut(BaseModel):
     source_error: str | None = None
     created: str | None = None
     updated: str | None = None
+    confirmed: str | None = Field(None, description="When the user last said or confirmed it.")
+    confirmations: int = Field(1, description="How often the user said or confirmed it.")
+    expires: str | None = Field(None, description="The last day a time-bound fact holds.")
+
+
+class FactsCleared(BaseModel):
+    place: str = Field(description="The auto-memory directory whose facts were deleted (its profile is kept).")
+    deleted: int = Field(description="How many facts were deleted.")
 
 
 class FactList(BaseModel):

@@ -40,6 +40,7 @@ from ..observe import DISABLED, Telemetry
 from ..storage import ObjectStore
 from .buffer import SessionBuffer
 from .cache import CachedSummary, SummaryCache
+from .combined import RiderSource, take_ride
 from .records import (
     BufferedMessage,
     CommitOutcome,
@@ -118,13 +119,15 @@ class Summariser:
             return None
         return parse_stored(session_id, obj.data, obj.etag)
 
-    def extract(self, session_id: str, model: SummaryModel, *, force: bool = False) -> ExtractionResult:
+    def extract(self, session_id: str, model: SummaryModel, *, force: bool = False,
+                riders: RiderSource | None = None) -> ExtractionResult:
+        """``riders``: where a second job for the same call may come from (``combined.py``)."""
         token = f"{POD_ID}/{secrets.token_hex(8)}"  # who holds it shows in the debug view
         ttl_ms = int(self.cfg.lock_ttl_seconds * 1000)
         if not self.buffer.acquire(session_id, token, ttl_ms):
             return ExtractionResult(ExtractStatus.BUSY, session_id)
         try:
-            return self._locked(session_id, model, token, force)
+            return self._locked(session_id, model, token, force, riders)
         finally:
             try:
                 self.buffer.release(session_id, token)
@@ -132,7 +135,8 @@ class Summariser:
                 log.warning("could not release the summary lock of session %s (%s); it expires in %ds",
                             session_id, exc, self.cfg.lock_ttl_seconds)
 
-    def _locked(self, session_id: str, model: SummaryModel, token: str, force: bool) -> ExtractionResult:
+    def _locked(self, session_id: str, model: SummaryModel, token: str, force: bool,
+                riders: RiderSource | None = None) -> ExtractionResult:
         batch = self.buffer.pending(session_id)
         if batch is None or not batch.messages:
             return ExtractionResult(ExtractStatus.NOTHING_NEW if force else ExtractStatus.NOT_DUE, session_id)
@@ -151,14 +155,20 @@ class Summariser:
         except SummaryRejected:
             prev_doc = None  # a hand-edited summary: the model still sees its text
         prompt = summary_messages(previous.text if previous else None, chosen, self.cfg.summary_max_chars)
+        ride = take_ride(riders, session_id)  # a pending extraction of this session rides along
+        max_tokens = max(256, self.cfg.summary_max_chars // 2) + (ride.max_tokens if ride else 0)
         self.model_calls += 1
         try:
-            answer = model.complete(prompt, max_tokens=max(256, self.cfg.summary_max_chars // 2), purpose="summary")
-            doc = parse_summary(answer.text).merged_over(prev_doc)
+            answer = model.complete(ride.messages(prompt, chosen) if ride else prompt, max_tokens=max_tokens,
+                                    purpose="summary+extraction" if ride else "summary")
+            doc = parse_summary(ride.split(answer) if ride else answer.text).merged_over(prev_doc)
         except (LLMError, SummaryRejected) as exc:
             return self._failed(session_id, batch, f"{type(exc).__name__}: {exc}")
         except Exception as exc:  # a custom model object failing in its own way
             return self._failed(session_id, batch, f"the model failed: {type(exc).__name__}: {exc}")
+        finally:
+            if ride is not None:
+                ride.close("the summary call failed")
         text = render_summary(doc, self.cfg.summary_max_chars)
         version = (previous.version if previous else 0) + 1
         covered = batch.start + len(chosen)

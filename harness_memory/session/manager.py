@@ -37,6 +37,7 @@ from ..storage import ObjectStore
 from ..tokens import MESSAGE_OVERHEAD_TOKENS, count_tokens
 from .buffer import SessionBuffer
 from .cache import CachedSummary, SummaryCache
+from .combined import RiderSource
 from .extract import Summariser, SummaryModel, extraction_due
 from .messages import convert
 from .records import BufferedMessage, ExtractionResult, ExtractStatus, SessionInfo, SessionState
@@ -82,6 +83,7 @@ class SessionMemoryManager:
         clock: Callable[[], float] = time.time,
         executor: Executor | None = None,
         telemetry: Telemetry = DISABLED,
+        riders: RiderSource | None = None,
     ) -> None:
         self.cfg = config or SessionConfig()
         self.telemetry = telemetry
@@ -96,6 +98,9 @@ class SessionMemoryManager:
         self.summariser = Summariser(store, self.buffer, self.cache, self.cfg, key_prefix=key_prefix,
                                      clock=clock, telemetry=telemetry)
         self.stats = ManagerStats()
+        #: Where a job riding along in a summary call comes from (auto memory; ``combined.py``).
+        self.riders = riders
+        self._tracked: OrderedDict[str, None] = OrderedDict()
         self._worker = BackgroundWorker(self._collect_and_schedule, self._background_extract,
                                         queue_max=self.cfg.queue_max, workers=self.cfg.extract_workers)
         #: Runs the async API's blocking work; the services' ``work`` pool (owned there) or our own.
@@ -116,7 +121,7 @@ class SessionMemoryManager:
         cfg = services.config
         return cls(services.store, config=cfg.session, redis_client=services.redis, redis_config=cfg.redis,
                    model=services.light_model(), key_prefix=cfg.store.key_prefix, executor=services.work,
-                   telemetry=services.telemetry)
+                   telemetry=services.telemetry, riders=services.summary_rider)
 
     @property
     def mode(self) -> str:
@@ -136,6 +141,7 @@ class SessionMemoryManager:
         or a continued run never buffers a message twice."""
         if self.closed or not self._valid(session_id):
             return 0
+        self._track(session_id)
         fresh = [m for m in messages if self._first_sight(m)]
         entries = convert(fresh, max_chars=self.cfg.message_max_chars, now=self.clock())
         if not entries:
@@ -156,6 +162,19 @@ class SessionMemoryManager:
             if len(self._seen) > SEEN_IDS_MAX:
                 self._seen.popitem(last=False)
         return True
+
+    def tracks(self, session_id: str) -> bool:
+        """Whether this pod's hook fed ``session_id`` recently (no I/O): its summaries will come
+        from here, so other work on the session may wait for them (``combined.py``)."""
+        with self._guard:
+            return session_id in self._tracked
+
+    def _track(self, session_id: str) -> None:
+        with self._guard:
+            self._tracked[session_id] = None
+            self._tracked.move_to_end(session_id)
+            if len(self._tracked) > SEEN_IDS_MAX // 5:
+                self._tracked.popitem(last=False)
 
     def _valid(self, session_id: str) -> bool:
         try:
@@ -214,6 +233,7 @@ class SessionMemoryManager:
         the session's buffer now; same filtering as the hook. Returns the session's counters
         (None for an unknown session when nothing was kept)."""
         validate_id(session_id, "session id")
+        self._track(session_id)
         entries = convert(messages, max_chars=self.cfg.message_max_chars, now=self.clock())
         if not entries:
             return self.buffer.state(session_id)
@@ -233,8 +253,9 @@ class SessionMemoryManager:
             self._model_ready()
             return ExtractionResult(ExtractStatus.NO_MODEL, session_id, error="no light model configured")
         with self.telemetry.summary(session_id) as op:
-            try:
-                result = self.summariser.extract(session_id, use, force=force)
+            try:  # a job rides along only in calls of the model it was prepared for
+                result = self.summariser.extract(session_id, use, force=force,
+                                                 riders=self.riders if use is self.model else None)
             except Exception as exc:  # a Redis bug / unexpected error: report, never raise
                 log.warning("session %s: summary attempt failed unexpectedly: %s", session_id, exc)
                 result = ExtractionResult(ExtractStatus.FAILED, session_id, error=f"{type(exc).__name__}: {exc}")

@@ -1,9 +1,10 @@
 """Auto-memory facts as a list (add / edit / delete) and the user profile.
 
 What the user controls by hand: add "business trip next week", correct or delete a wrong
-preference, rewrite the profile. Facts a person adds or edits are marked ``manual`` by auto
-memory, so the background updater never trims them away. The user's facts live in their auto
-place of the configured project (``agent.project``); the shared ones need the admin token.
+preference, rewrite the profile, clear every fact but keep the profile. Facts a person adds or
+edits are marked ``manual`` by auto memory, so the background updater never trims them away.
+The user's facts live in their auto place of the configured project (``agent.project``); the
+shared ones need the admin token.
 """
 
 from collections.abc import Callable, Iterator
@@ -14,13 +15,13 @@ from fastapi import APIRouter, Depends, Response, status
 from fastapi import Path as PathParam
 
 from ...auto.model import Profile, ProfileKey
-from ...control.integrations import auto_memory, fact_dict
+from ...control.integrations import auto_memory, clear_facts, fact_dict
 from ...control.places import place_path
 from ...errors import HarnessMemoryError
 from ..auth import Caller
 from ..deps import ServerContext
 from ..errors import ApiError
-from ..schemas import ERRORS, FactIn, FactList, FactOut, FactPatch, ProfileBody
+from ..schemas import ERRORS, FactIn, FactList, FactOut, FactPatch, FactsCleared, ProfileBody
 
 FactIdPath = Annotated[str, PathParam(description="The fact id (its file name without `.md`).", max_length=128)]
 
@@ -68,7 +69,8 @@ def add_fact_routes(router: APIRouter, ctx: ServerContext, base: str, owner: Cal
     def add_fact(user: Owner, body: FactIn) -> FactOut:
         with _as_http():
             fact = auto_memory(ctx.services).add_fact(user, body.content, body.category, body.confidence,
-                                                      source_error=body.source_error, shared=shared)
+                                                      source_error=body.source_error, expires=body.expires,
+                                                      shared=shared)
         return FactOut(**fact_dict(fact))
 
     @router.patch(f"{base}/facts/{{fact_id}}", **opts, response_model=FactOut, summary="Edit a fact")
@@ -76,7 +78,7 @@ def add_fact_routes(router: APIRouter, ctx: ServerContext, base: str, owner: Cal
         with _as_http():
             fact = auto_memory(ctx.services).update_fact(
                 user, fact_id, content=body.content, category=body.category,
-                confidence=body.confidence, source_error=body.source_error, shared=shared)
+                confidence=body.confidence, source_error=body.source_error, expires=body.expires, shared=shared)
         return FactOut(**fact_dict(fact))
 
     @router.delete(f"{base}/facts/{{fact_id}}", **opts, status_code=status.HTTP_204_NO_CONTENT, summary="Delete a fact")
@@ -84,6 +86,11 @@ def add_fact_routes(router: APIRouter, ctx: ServerContext, base: str, owner: Cal
         if not auto_memory(ctx.services).delete_fact(user, fact_id, shared=shared):
             raise ApiError(404, f"there is no fact {fact_id!r}", "not_found")
         return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+    @router.delete(f"{base}/facts", **opts, response_model=FactsCleared,
+                   summary="Delete every fact but keep the profile (queued updates of the user are dropped)")
+    def clear_all_facts(user: Owner) -> FactsCleared:
+        return FactsCleared(**clear_facts(ctx.services, user))
 
     @router.get(f"{base}/profile", **opts, response_model=ProfileBody, summary="The profile summaries")
     def get_profile(user: Owner) -> ProfileBody:

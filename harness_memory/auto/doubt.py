@@ -1,0 +1,219 @@
+"""Doubting the model: checks a proposed memory must pass that do not depend on the model's word.
+
+Why: a small model, asked for facts, will hand back what it was shown — the prompt's own example
+text ("I am a frontend engineer", "what the assistant did wrong"), the assistant's reply dressed
+up as something the user said, the task at hand ("this repo uses Poetry") as a lasting trait. Each
+check here compares the proposal with what was actually there:
+
+* **placeholders** — text copied from our own prompt examples and templates, or a bare
+  placeholder ("...", "<fact>"), is refused unless the user really said it;
+* **evidence** — a fact must come from the user's words. The model quotes them (``evidence``);
+  a quote found only in the assistant's replies, or (without a usable quote) a fact whose words
+  appear in the assistant's replies but nowhere in the user's, is refused. When neither tells
+  (a paraphrase, another language), the fact is let through — refusing every translation would
+  lose more than it saves;
+* **scope** — a fact the model labels as task/session-scoped, or whose text is about the task at
+  hand (``task_scope`` patterns), stays out of user memory: it belongs to the session summary.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from .model import normalize_text
+
+#: Scope labels that keep a fact out of user memory.
+TASK_SCOPES = frozenset({"session", "task", "thread", "project", "repo", "repository", "conversation", "chat",
+                         "temporary", "local", "workspace", "file"})
+#: Placeholders a template or a lazy model produces (compared after ``normalize_text``).
+_GENERIC = frozenset({"", "string", "text", "content", "fact", "thefact", "example", "todo", "tbd", "na",
+                      "none", "null", "xxx", "placeholder", "yourfacthere", "factcontent", "summary",
+                      "sourceerror", "evidence", "reason"})
+#: Field descriptions of the prompt's rules, refused when a whole text is just one of them.
+FIELD_PHRASES = ("the right way", "the assistant's mistake", "the fact", "the user's own words it comes from",
+                 "the last day it is true", "YYYY-MM-DD")
+#: Example texts of earlier prompt versions (a model trained on our old prompt, or a cached one).
+LEGACY_EXAMPLES = (
+    "I am a frontend engineer",
+    "what the assistant did wrong",
+    "one line saying what this memory holds",
+)
+_FIELD_PHRASES = frozenset(normalize_text(p) for p in FIELD_PHRASES)
+_TEMPLATE = re.compile(r"^\s*(?:<[^<>]{1,80}>|\{[^{}]{1,80}\}|\[[^\[\]]{1,80}\])\s*$")
+_MIN_EXAMPLE_CHARS = 12  # an example text shorter than this is only refused as a whole
+# Words that carry no content for matching (negations are kept: they carry the polarity).
+_STOP = frozenset({"a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "from", "has", "have", "he",
+                   "her", "his", "i", "if", "in", "into", "is", "it", "its", "me", "my", "of", "on", "or",
+                   "our", "she", "so", "that", "the", "their", "them", "they", "this", "to", "us", "was", "we",
+                   "were", "what", "when", "which", "who", "will", "with", "you", "your", "user", "users",
+                   "prefers", "prefer", "likes", "like", "wants", "want", "uses", "use", "always", "should",
+                   "would", "can", "also", "very", "been", "being", "do", "does", "did"})
+
+
+class Evidence(StrEnum):
+    USER = "user"  # the user's words carry it
+    ASSISTANT_ONLY = "assistant_only"  # only the assistant's words do
+    UNKNOWN = "unknown"  # cannot tell (paraphrase, translation, no conversation given)
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """The words the model saw, by speaker (normalized once)."""
+
+    user: tuple[str, ...] = ()
+    assistant: tuple[str, ...] = ()
+    _user_norm: str = field(default="", repr=False)
+    _assistant_norm: str = field(default="", repr=False)
+    _user_terms: frozenset[str] = field(default=frozenset(), repr=False)
+    _assistant_terms: frozenset[str] = field(default=frozenset(), repr=False)
+
+    @classmethod
+    def of(cls, user: Iterable[str], assistant: Iterable[str]) -> Conversation:
+        u, a = tuple(user), tuple(assistant)
+        return cls(u, a, "\x00".join(normalize_text(t) for t in u), "\x00".join(normalize_text(t) for t in a),
+                   terms(" ".join(u)), terms(" ".join(a)))
+
+    @property
+    def empty(self) -> bool:
+        return not self.user
+
+    def user_said(self, text: str) -> bool:
+        """Whether ``text`` (normalized) occurs in the user's words."""
+        norm = normalize_text(text)
+        return bool(norm) and norm in self._user_norm
+
+    def evidence(self, content: str, quote: str | None) -> Evidence:
+        """Where a proposed fact comes from (see the module docstring)."""
+        if self.empty:
+            return Evidence.UNKNOWN
+        q = normalize_text(quote or "")
+        if len(q) >= 4:
+            if q in self._user_norm or _overlap(q, self._user_norm) >= 0.7:
+                return Evidence.USER
+            if q in self._assistant_norm or _overlap(q, self._assistant_norm) >= 0.7:
+                return Evidence.ASSISTANT_ONLY
+        wanted = terms(content)
+        if not wanted:
+            return Evidence.UNKNOWN
+        from_user = len(wanted & self._user_terms)
+        only_assistant = len((wanted & self._assistant_terms) - self._user_terms)
+        if from_user >= max(1, round(0.34 * len(wanted))):
+            return Evidence.USER
+        if only_assistant >= 2 and only_assistant >= 2 * from_user and 2 * only_assistant >= len(wanted):
+            return Evidence.ASSISTANT_ONLY
+        return Evidence.UNKNOWN
+
+
+def terms(text: str) -> frozenset[str]:
+    """Content words of ``text`` (see ``term_list``)."""
+    return frozenset(term_list(text))
+
+
+def term_list(text: str) -> list[str]:
+    """Content words of ``text`` in order: Latin words (lower-cased, a plural/verb ending dropped,
+    stop words left out) and CJK character pairs."""
+    out: list[str] = []
+    for match in re.finditer(r"[a-z0-9][a-z0-9+#.'-]*[a-z0-9+#]|[a-z0-9]|[\u3400-\u9fff\uf900-\ufaff]+",
+                             text.casefold()):
+        token = match.group(0)
+        if token[0].isascii():
+            word = token.strip(".'-")
+            word = word[:-2] if word.endswith("'s") else word
+            if word and word not in _STOP:  # single letters count: "C", "R", option "B"
+                out.append(word if word[0].isdigit() else _stem(word))
+        else:
+            out += [token[i : i + 2] for i in range(max(1, len(token) - 1))]
+    return out
+
+
+def _stem(word: str) -> str:
+    for ending in ("ing", "ed", "es", "s"):
+        if len(word) > len(ending) + 2 and word.endswith(ending):
+            return word[: -len(ending)]
+    return word
+
+
+def _trigrams(text: str) -> set[str]:
+    return {text[i : i + 3] for i in range(len(text) - 2)} if len(text) >= 3 else {text}
+
+
+def _overlap(quote: str, haystack: str) -> float:
+    """Share of the quote's character trigrams found in ``haystack`` (a paraphrased quote)."""
+    grams = _trigrams(quote)
+    return sum(1 for g in grams if g in haystack) / len(grams) if grams else 0.0
+
+
+class Placeholders:
+    """Texts that are ours, not the user's: every string of the prompt's example answer, the
+    legacy examples and bare template placeholders."""
+
+    def __init__(self, examples: Iterable[str]) -> None:
+        self._examples = frozenset(n for n in (normalize_text(e) for e in (*examples, *LEGACY_EXAMPLES)) if n)
+
+    def copied(self, text: str, conversation: Conversation | None = None) -> bool:
+        """Whether ``text`` is a placeholder or copies an example (and the user did not say it)."""
+        if _TEMPLATE.match(text):
+            return True
+        norm = normalize_text(text)
+        if norm in _GENERIC or norm in _FIELD_PHRASES or norm.isdigit():
+            return True
+        hit = next((e for e in self._examples
+                    if norm == e or (len(e) >= _MIN_EXAMPLE_CHARS and e in norm)), None)
+        if hit is None:
+            return False
+        return not (conversation is not None and conversation.user_said(hit))
+
+
+# -- the direction of a correction ("use X, not Y") --------------------------------------------
+_NAME = r"([A-Za-z][\w.+#-]*[\w+#]|[A-Za-z])"
+_NEGATED = re.compile(r"(?:\bdon'?t|\bdo not|\bnever|\bstop|\bno more|n't|别|不要|不许|禁止|不用|不|再)\s*$",
+                      re.IGNORECASE)
+_USER_AVOID = [re.compile(p, re.IGNORECASE) for p in (
+    r"\b(?:don'?t|do not|never|stop|no more)\s+(?:use|using)\s+" + _NAME,
+    r"(?:别|不要|不许|禁止|不用)(?:再)?(?:用|使用)\s*" + _NAME,
+    r"\binstead of\s+" + _NAME,
+    r"\buse\s+[\w.+#-]+\s*,?\s+not\s+" + _NAME,
+)]
+_USE = re.compile(r"(?:\b(?:use|using|switch to|move to|change to)\s+|(?:改用|换成|换用|使用|用)\s*)" + _NAME,
+                  re.IGNORECASE)
+_FACT_WANT_AVOID = [re.compile(p, re.IGNORECASE) for p in (
+    r"^\W*(?:always\s+)?(?:use|prefer|pick|choose|run)\s+" + _NAME
+    + r"[\s,;]+(?:not|instead of|rather than|over|never)\s+(?:use\s+)?" + _NAME,
+    r"^\W*" + _NAME + r"\s*,\s*not\s+" + _NAME,
+    r"(?:用|使用)\s*" + _NAME + r"\s*[，,]?\s*(?:而不是|不要用|别用|不用)\s*" + _NAME,
+)]
+
+
+def user_directions(texts: Iterable[str]) -> tuple[set[str], set[str]]:
+    """(names the user said to use, names the user said not to use) in ``texts``."""
+    want: set[str] = set()
+    avoid: set[str] = set()
+    for text in texts:
+        for pattern in _USER_AVOID:
+            avoid.update(m.group(1).casefold() for m in pattern.finditer(text))
+        for match in _USE.finditer(text):
+            if not _NEGATED.search(text[max(0, match.start() - 10) : match.start()]):
+                want.add(match.group(1).casefold())
+    return want, avoid
+
+
+def reversed_correction(content: str, user_texts: Iterable[str]) -> bool:
+    """Whether a correction says to use what the user said NOT to use (and never said to use):
+    "Use pandas instead of Polars" after "don't use pandas, use Polars"."""
+    fact_want: set[str] = set()
+    for pattern in _FACT_WANT_AVOID:
+        match = pattern.search(content)
+        if match:
+            fact_want.add(match.group(1).casefold())
+    if not fact_want:
+        return False
+    want, avoid = user_directions(user_texts)
+    return bool(fact_want & avoid) and not (fact_want & want)
+
+
+def task_scope_label(scope: object) -> bool:
+    """Whether the model labelled a fact as belonging to the task/session, not the user."""
+    return isinstance(scope, str) and scope.strip().lower() in TASK_SCOPES
