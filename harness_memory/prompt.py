@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from .escape import block
 from .memdir import FRONTMATTER_EXAMPLE, CappedText, MemoryDir, cap_index
 from .memdir.index import render_index
 
@@ -148,11 +149,12 @@ def render_agent_memory_prompt(
 
 
 def _strip_title(index_text: str) -> str:
-    """Drop MEMORY.md's own ``# Memory index`` heading (the prompt has its own)."""
+    """Drop MEMORY.md's own ``# Memory index`` heading (the prompt has its own), and escape the
+    lines: names and descriptions are memory text (``escape.block``: no tag of ours survives)."""
     lines = index_text.splitlines()
     while lines and (lines[0].startswith("# ") or not lines[0].strip()):
         lines.pop(0)
-    return "\n".join(lines)
+    return block("\n".join(lines))
 
 
 def cap_for_prompt(text: str, max_lines: int, max_bytes: int) -> CappedText:

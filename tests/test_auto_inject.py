@@ -75,7 +75,7 @@ def test_corrections_keep_their_share_against_many_confident_facts() -> None:
     assert "- Correction" not in none  # without a reserve the more confident facts win
 
 
-@pytest.mark.parametrize("budget", [50, 120, 400, 2000])
+@pytest.mark.parametrize("budget", [50, 150, 400, 2000])  # 150: the frame (with DATA_NOTE) + one line
 def test_any_budget_is_respected(budget: int) -> None:
     long_profile = Profile({k: "word " * 300 for k in ProfileKey})
     block = render_injection_block(AutoView(mixed_facts(50), long_profile), AutoView(mixed_facts(20, seed=3)),

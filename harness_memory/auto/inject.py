@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
+from ..escape import DATA_NOTE, inline
 from ..tokens import count_tokens, truncate_to_tokens
 from .lifecycle import is_expired
 from .model import Category, Fact
@@ -26,7 +27,7 @@ from .store import AutoView
 OPEN = "<system-reminder>"
 CLOSE = "</system-reminder>"
 INTRO = ("<memory>\nWhat earlier conversations taught about this user (auto memory). Use it quietly: do not "
-         "ask again for what is known here, and if the user now says otherwise, follow the user.")
+         "ask again for what is known here, and if the user now says otherwise, follow the user. " + DATA_NOTE)
 MEMORY_CLOSE = "</memory>"
 H_PROFILE = "## User profile"
 H_PROJECT_PROFILE = "## Project context (shared)"
@@ -45,11 +46,14 @@ class _Item:
 
 
 def fact_line(fact: Fact) -> str:
-    """One fact as injected (the one place a fact's text enters the block)."""
-    until = f" (until {fact.expires})" if fact.expires else ""
+    """One fact as injected (the one place a fact's text enters the block). Every stored string
+    goes through ``escape.inline``: one line, and it can never open or close one of our tags."""
+    until = f" (until {inline(fact.expires)})" if fact.expires else ""
+    content = inline(fact.content)
     if fact.category is Category.CORRECTION:
-        return f"- {fact.content}" + (f" (avoid: {fact.source_error})" if fact.source_error else "") + until
-    return f"- [{fact.category.value}, {fact.confidence:.2f}] {fact.content}{until}"
+        avoid = inline(fact.source_error)
+        return f"- {content}" + (f" (avoid: {avoid})" if avoid else "") + until
+    return f"- [{fact.category.value}, {fact.confidence:.2f}] {content}{until}"
 
 
 def date_line(today: dt.date) -> str:
@@ -123,7 +127,7 @@ def render_injection_block(user: AutoView | None, shared: AutoView | None, *, ma
     for view, scope in views:
         heading = H_PROFILE if scope == "user" else H_PROJECT_PROFILE
         for j, (key, text) in enumerate(view.profile.items()):
-            line = f"- {key.title}: {' '.join(text.split())}"
+            line = f"- {key.title}: {inline(text)}"
             tokens = budget.cost(heading, line)
             if tokens > budget.avail:
                 full = True

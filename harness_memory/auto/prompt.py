@@ -22,6 +22,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from ..escape import block, inline, json_data
 from ..tokens import count_tokens, truncate_to_tokens
 from .doubt import Placeholders
 from .lifecycle import possible_duplicates
@@ -138,7 +139,7 @@ def memory_json(view: AutoView) -> str:
                    **({"expires": f.expires} if f.expires else {})}
                   for f in facts],
     }
-    return json.dumps(data, ensure_ascii=False, indent=1)
+    return json_data(data, indent=1)  # valid JSON whose strings cannot hold our tags
 
 
 def duplicates_block(view: AutoView) -> str:
@@ -146,10 +147,16 @@ def duplicates_block(view: AutoView) -> str:
     pairs = possible_duplicates(view.facts.values())
     if not pairs:
         return ""
-    lines = [f'- {a.id} "{a.content}" / {b.id} "{b.content}"' for a, b in pairs]
+    lines = [f'- {a.id} "{inline(a.content)}" / {b.id} "{inline(b.content)}"' for a, b in pairs]
     return ("<possible_duplicates>\nThese current facts look alike. If a pair says the same thing, add one "
             "new fact that says it best with \"merges\" naming both ids; if not, leave them.\n"
             + "\n".join(lines) + "\n</possible_duplicates>")
+
+
+def turn_text(text: str) -> str:
+    """One turn as data: no tag of ours (``escape.block``), and its later lines indented so a
+    line inside it can never pass for a new ``User:`` turn."""
+    return block(text).strip("\n").replace("\n", "\n  ")
 
 
 def format_conversation(messages: list[CapturedMessage], max_tokens: int) -> str:
@@ -165,8 +172,9 @@ def format_conversation(messages: list[CapturedMessage], max_tokens: int) -> str
             if cap <= 0:
                 continue
             # a token is rarely longer than 8 characters: cut first so counting stays cheap
-            text = truncate_to_tokens(m.text[: cap * 8], cap)
-            if len(text) < len(m.text):
+            full = turn_text(m.text)
+            text = truncate_to_tokens(full[: cap * 8], cap)
+            if len(text) < len(full):
                 text += " …"
             lines.append(("User: " if m.role == "user" else "Assistant: ") + text)
         return lines
@@ -210,7 +218,7 @@ def user_message(view: AutoView, messages: list[CapturedMessage], hints: list[st
         conversation = format_conversation(messages, max_conversation_tokens)
     parts.append("<conversation>\n" + conversation + "\n</conversation>")
     if hints:
-        parts.append("What the user's words show:\n" + "\n".join(f"- {h}" for h in hints))
+        parts.append("What the user's words show:\n" + "\n".join(f"- {inline(h)}" for h in hints))
     parts.append("Answer with the JSON object now.")
     return "\n\n".join(parts)
 

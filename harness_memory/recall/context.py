@@ -21,6 +21,8 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from ..config import RecallConfig
+from ..escape import DATA_NOTE, fence_for, inline
+from ..escape import block as escape_block
 from ..errors import HarnessMemoryError, MemoryFormatError, ObjectNotFound
 from ..memdir import ManifestEntry, MemoryDir, ReadResult, split_frontmatter
 from ..memdir.model import parse_memory
@@ -33,7 +35,7 @@ BLOCK_TITLE = "# Recalled memories"
 BLOCK_INTRO = (
     "These memory files were picked as relevant to the user's current message. They were saved in\n"
     "earlier conversations and may be out of date: if one conflicts with what the user says now, trust\n"
-    "the user and update or delete the memory. Use read_file for the parts that were cut."
+    "the user and update or delete the memory. Use read_file for the parts that were cut.\n" + DATA_NOTE
 )
 DAY = 86_400.0
 
@@ -113,12 +115,13 @@ def _heading(file: str, read: ReadResult, entry: ManifestEntry | None) -> tuple[
             body = split_frontmatter(text)[1]
         except MemoryFormatError:
             body = text
-        kind = f"{entry.type}, " if entry.type else ""
-        return f"## {file} — {entry.name} ({kind}modified {modified})", f"_{entry.description}_", body
+        kind = f"{inline(entry.type)}, " if entry.type else ""
+        return (f"## {file} — {inline(entry.name)} ({kind}modified {modified})", f"_{inline(entry.description)}_",
+                body)
     try:
         memory = parse_memory(text)
-        return (f"## {file} — {memory.name} ({memory.type.value}, modified {modified})",
-                f"_{memory.description}_", memory.body)
+        return (f"## {file} — {inline(memory.name)} ({memory.type.value}, modified {modified})",
+                f"_{inline(memory.description)}_", memory.body)
     except MemoryFormatError:
         try:
             body = split_frontmatter(text)[1]
@@ -139,11 +142,14 @@ def _render_file(file: str, read: ReadResult, config: RecallConfig, now: float, 
     head = [title] + ([f"> {note}"] if note else []) + ([desc] if desc else []) + [""]
     head_text = "\n".join(head) + "\n"
     cut_note = 90 + 2 * len(file.encode("utf-8"))  # room for the "[… cut at …]" line
+    body = escape_block(body)
+    fence = fence_for(body)  # the body is data: it cannot close its fence or forge a heading
+    cut_note += 2 * len(fence) + len("markdown") + 2
     room = min(config.file_max_bytes, budget) - len(head_text.encode("utf-8")) - cut_note
     if room < 64:
         return None
     kept, kept_lines, cut = cap_text(body, config.file_max_lines, room)
-    section = head_text + kept
+    section = f"{head_text}{fence}markdown\n{kept}\n{fence}"
     if cut:
         total = len(body.splitlines())
         section += (f"\n[… cut at {kept_lines} of {total} lines; read_file(\"{file}\", "

@@ -15,15 +15,21 @@ buffer's message conversion and the request-entry injection both use them.
 
 from __future__ import annotations
 
-SUMMARY_HEADER = "[会话历史摘要]"
-MESSAGE_MARKER = "\n\n---\n用户最新消息："
+from ..escape import MESSAGE_LABEL, SUMMARY_HEADER, block
+
+MESSAGE_MARKER = "\n\n---\n" + MESSAGE_LABEL
 
 
 def inject_session_summary(message: str, summary: str | None) -> str:
-    """``message`` with ``summary`` in front (exact format above); unchanged without a summary."""
+    """``message`` with ``summary`` in front (exact format above); unchanged without a summary.
+
+    The summary is memory text (a model wrote it from the conversation): ``escape.block`` keeps
+    it from holding our tags or either marker, so ``strip_session_summary`` always finds the
+    user's message. Its surrounding blank lines are dropped: exactly one ``\n`` before the
+    summary and the marker's ``\n\n`` after it."""
     if summary is None or not summary.strip():
         return message
-    return f"{SUMMARY_HEADER}\n{summary}{MESSAGE_MARKER}{message}"
+    return f"{SUMMARY_HEADER}\n{block(summary).strip()}{MESSAGE_MARKER}{message}"
 
 
 def strip_session_summary(text: str) -> str:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from ..escape import block, inline
 from ..llm import strip_think
 from .records import BufferedMessage
 
@@ -300,17 +301,20 @@ def summary_system_prompt(max_chars: int) -> str:
 
 
 def format_messages(messages: list[BufferedMessage]) -> str:
+    """``[n] role: text`` per message. The text is data: no tag of ours (``escape.block``), later
+    lines indented so a line inside a message cannot pass for message ``[n+1]``."""
     out = []
     for i, msg in enumerate(messages, 1):
-        who = f"tool {msg.name}" if msg.role == "tool" and msg.name else msg.role
-        out.append(f"[{i}] {who}: {msg.content}")
+        who = f"tool {inline(msg.name)}" if msg.role == "tool" and msg.name else msg.role
+        text = block(msg.content).strip("\n").replace("\n", "\n  ")
+        out.append(f"[{i}] {who}: {text}")
     return "\n\n".join(out)
 
 
 def summary_messages(previous: str | None, messages: list[BufferedMessage], max_chars: int
                      ) -> list[dict[str, str]]:
     """The chat messages of one summary call."""
-    prev = previous.strip() if previous and previous.strip() else "(none yet: this is the first summary)"
+    prev = block(previous).strip() if previous and previous.strip() else "(none yet: this is the first summary)"
     user = (f"<previous_summary>\n{prev}\n</previous_summary>\n\n"
             f"<new_messages count=\"{len(messages)}\">\n{format_messages(messages)}\n</new_messages>\n\n"
             "Return the complete updated summary now.")

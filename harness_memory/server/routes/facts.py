@@ -28,11 +28,14 @@ FactIdPath = Annotated[str, PathParam(description="The fact id (its file name wi
 
 @contextmanager
 def _as_http() -> Iterator[None]:
-    """auto memory says FactNotFound (a LookupError) for a missing id and ValueError for bad input."""
+    """auto memory says FactNotFound (a LookupError) for a missing id and ValueError for bad input.
+    The message is its first argument as written (``str`` of a KeyError would add quotes, and
+    stripping them also ate the closing quote of ``there is no fact 'x'``)."""
     try:
         yield
     except LookupError as exc:
-        raise ApiError(404, str(exc).strip("'\""), "not_found") from None
+        message = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
+        raise ApiError(404, message, "not_found") from None
     except HarnessMemoryError:
         raise  # InvalidName, storage errors…: mapped by MemoryRoute
     except ValueError as exc:
