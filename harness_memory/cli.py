@@ -194,9 +194,9 @@ def load_bundle(svc: MemoryServices, source: str) -> Bundle:
     if data[:4] == b"PK\x03\x04":
         from .control.bundle_zip import bundle_from_zip
 
-        return bundle_from_zip(data, max_file_bytes=svc.config.limits.max_file_bytes,
-                               max_total_bytes=max(len(data) * 200, svc.config.server.max_request_bytes),
-                               key_prefix=svc.key_prefix)
+        limits = svc.config.limits
+        return bundle_from_zip(data, max_file_bytes=limits.max_file_bytes, max_total_bytes=limits.import_max_bytes,
+                               max_entries=limits.import_max_entries, key_prefix=svc.key_prefix)
     try:
         return Bundle.model_validate_json(data)
     except ValueError as exc:

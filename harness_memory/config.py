@@ -150,6 +150,12 @@ class LimitsConfig(_Section):
     index_max_bytes: int = Field(25600, ge=256, description="MEMORY.md bytes shown to the model.")
     lock_ttl_seconds: float = Field(15.0, gt=0, description="TTL of a place lock (crashed holder).")
     lock_wait_seconds: float = Field(20.0, gt=0, description="How long a writer waits for the lock.")
+    import_max_entries: int = Field(
+        20000, ge=1, description="Most entries (files, state files, zip members) one import may hold; more "
+        "and the whole import is refused.")
+    import_max_bytes: int = Field(
+        256 * 1024 * 1024, ge=1024, description="Largest total uncompressed size of one import (bytes): a zip "
+        "that unpacks to more is refused before anything is read (zip bombs).")
 
 
 class ModelConfig(_Section):

@@ -68,7 +68,7 @@ _TAG = re.compile(
     re.IGNORECASE,
 )
 _SPECIAL_TOKEN = re.compile(rf"(?:[{_BRACKETS}]|&lt;?)(?P<rest>[|｜][^\s<>]{{0,40}}[|｜])")
-_BIDI_AND_CONTROL = re.compile(rf"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]")
+_BIDI_AND_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]")
 _INLINE_SPACE = re.compile(r"[\s\u2028\u2029\x85]+")
 # Cyrillic / Greek letters that look like Latin ones (a tag spelt with them must still match).
 _CONFUSABLES = str.maketrans(dict(zip(

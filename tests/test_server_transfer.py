@@ -230,7 +230,7 @@ async def test_place_import_takes_one_place_only(cfg: MemoryConfig) -> None:
 
 
 async def test_zip_bombs_and_oversized_bodies_are_refused(make_config: MakeConfig) -> None:
-    cfg = make_config(backend="cos", server={"max_request_bytes": 200_000})
+    cfg = make_config(backend="cos", server={"max_request_bytes": 200_000}, limits={"import_max_bytes": 1_000_000})
     bomb = io.BytesIO()
     with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("users/u1/agent-memory/default/a.md", GOOD + " " * 5_000_000)
@@ -238,7 +238,8 @@ async def test_zip_bombs_and_oversized_bodies_are_refused(make_config: MakeConfi
     async with api(cfg, wid="u1") as c:
         r = await c.post("/users/me/memory/import", content=bomb.getvalue(),
                          headers={"content-type": "application/zip"})
-        assert r.status_code == 422 and "unpacks to" in error_of(r)["detail"]
+        assert r.status_code == 422 and "unpacks to 5000" in error_of(r)["detail"]
+        assert "limits.import_max_bytes" in error_of(r)["problems"][0]
         big = json.dumps({"places": [], "pad": "x" * 300_000})
         r = await c.post("/users/me/memory/import", content=big, headers={"content-type": "application/json"})
         assert r.status_code == 413 and error_of(r)["code"] == "too_large"

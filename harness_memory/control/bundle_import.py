@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..config import LimitsConfig
 from ..errors import InvalidName, MemoryFormatError
 from ..layout import Place, PlaceKind, validate_filename, validate_id
 from ..memdir import Manifest, MemoryDir, is_state_file
@@ -62,18 +63,22 @@ def plan_import(bundle: Bundle, target: ImportTarget, dirs: DirFactory, key_pref
     if target.place is not None and len(bundle.places) > 1:
         problems.append(f"this endpoint imports one memory directory; the bundle holds {len(bundle.places)} "
                         "(import it at the user level instead)")
+    seen_by_place: dict[str, dict[str, str]] = {}
     for index, src in enumerate(bundle.places):
         where = f"places[{index}]"
         try:
             place = _target_place(src, target, key_prefix)
         except InvalidName as exc:
-            problems.append(f"{where}: {exc}")
+            label = _source_label(src, where)
+            problems.append(f"{label}: {exc}")
+            problems += [f"{label}/{item.file}: not imported ({label} cannot be written here)"
+                         for item in src.files + src.state]
             continue
         where = place_path(place)
         plan = planned.setdefault(place.prefix, PlannedPlace(dirs(place)))
         if target.place is None or target.place.kind == src.kind:
             plan.meta = {**(plan.meta or {}), **src.meta}
-        seen = {name for name, _, _ in plan.files}
+        seen = seen_by_place.setdefault(place.prefix, {})
         for item in src.files:
             problem = _check_file(plan, item, seen)
             if problem:
@@ -87,9 +92,33 @@ def plan_import(bundle: Bundle, target: ImportTarget, dirs: DirFactory, key_pref
                 problems.append(f"{where}/{item.file}: {problem}")
             else:
                 plan.state[item.file] = item.data()
+    problems += _bound_problems(bundle, next(iter(planned.values())).mdir.limits if planned else None)
     if problems:
         raise BundleInvalid(problems)
     return list(planned.values())
+
+
+def _source_label(src: BundlePlace, fallback: str) -> str:
+    """The store path a bundle place names (its own, before retargeting), else ``places[i]``."""
+    try:
+        return src.path
+    except (InvalidName, ValueError):
+        return fallback
+
+
+def _bound_problems(bundle: Bundle, limits: LimitsConfig | None) -> list[str]:
+    """The import-wide bounds (``limits.import_max_entries`` / ``import_max_bytes``)."""
+    limits = limits or LimitsConfig()
+    entries = sum(len(p.files) + len(p.state) for p in bundle.places)
+    size = sum(len(item.content or "") for p in bundle.places for item in p.files + p.state)
+    out = []
+    if entries > limits.import_max_entries:
+        out.append(f"the bundle holds {entries} files; the limit is {limits.import_max_entries} "
+                   "(limits.import_max_entries)")
+    if size > limits.import_max_bytes:
+        out.append(f"the bundle holds about {size} bytes; the limit is {limits.import_max_bytes} "
+                   "(limits.import_max_bytes)")
+    return out
 
 
 def _target_place(src: BundlePlace, target: ImportTarget, key_prefix: str) -> Place:
@@ -122,13 +151,17 @@ def _check_state(item: BundleFile) -> str | None:
     return None
 
 
-def _check_file(plan: PlannedPlace, item: BundleFile, seen: set[str]) -> str | None:
+def _check_file(plan: PlannedPlace, item: BundleFile, seen: dict[str, str]) -> str | None:
+    """Why ``item`` cannot be imported, or None (then it is planned). ``seen`` maps the
+    NFC-normalised names already planned for this place to the names as the bundle wrote them."""
     try:
         name = validate_filename(item.file)
     except InvalidName as exc:
         return str(exc)
     if name in seen:
-        return "appears twice"
+        if seen[name] == item.file:
+            return "appears twice"
+        return f"the same name as {seen[name]!r} after Unicode (NFC) normalisation"
     try:
         data = item.data()
     except MemoryFormatError as exc:
@@ -143,7 +176,7 @@ def _check_file(plan: PlannedPlace, item: BundleFile, seen: set[str]) -> str | N
         plan.mdir.check_content(text)
     except MemoryFormatError as exc:
         return str(exc).split("\n", 1)[0]
-    seen.add(name)
+    seen[name] = item.file
     plan.files.append((name, text, item.created_at))
     return None
 

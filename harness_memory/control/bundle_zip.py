@@ -5,15 +5,22 @@ user_role.md``), so a person can read or edit a backup with any editor, and a zi
 ``.harness`` folder imports as it is. ``harness-memory-bundle.json`` beside the files keeps what
 the tree cannot: sha256 per file, created times and the manifest meta.
 
-Reading a zip is bounded: entry sizes and the total are checked before and while reading
-(zip bombs), and names only ever become places through ``place_of_rel`` + ``validate_filename``
-(nothing is extracted to disk).
+Reading a zip is all or nothing: every entry is checked (``entry_problem``: ``..``, absolute
+names, drive letters, backslashes, symlinks and other non-regular entries; NFC collisions;
+entries outside any memory directory; sizes) and any problem refuses the whole zip with every
+problem listed. The entry count and total uncompressed size are bounded before anything is
+read, and each entry again while reading (zip bombs). Names only ever become places through
+``place_of_rel`` + ``validate_filename``; nothing is extracted to disk.
 """
 
 from __future__ import annotations
 
 import io
+import re
+import stat
+import unicodedata
 import zipfile
+import zlib
 
 from pydantic import ValidationError
 
@@ -26,6 +33,10 @@ from .places import normalize_path, place_of_rel
 
 ZIP_INDEX = "harness-memory-bundle.json"
 ZIP_MEDIA_TYPE = "application/zip"
+#: Top-level folders of a store tree that hold no memories (a zipped ``.harness`` folder has them).
+IGNORED_TOP_DIRS = frozenset({"sessions", ".locks"})
+_DOS_REPARSE_POINT = 0x400
+_DRIVE = re.compile(r"^[A-Za-z]:")
 
 
 def bundle_to_zip(bundle: Bundle) -> bytes:
@@ -46,29 +57,49 @@ def bundle_to_zip(bundle: Bundle) -> bytes:
     return buffer.getvalue()
 
 
-def bundle_from_zip(data: bytes, *, max_file_bytes: int, max_total_bytes: int,
+def bundle_from_zip(data: bytes, *, max_file_bytes: int, max_total_bytes: int, max_entries: int = 20000,
                     key_prefix: str = "memory/") -> Bundle:
-    """Rebuild a Bundle from a zip; raise BundleInvalid (or MemoryFormatError) when it is unusable."""
+    """Rebuild a Bundle from a zip; raise BundleInvalid listing every bad entry (or
+    MemoryFormatError when the body is no zip at all). Nothing is extracted to disk."""
     try:
         zf = zipfile.ZipFile(io.BytesIO(data))
     except (zipfile.BadZipFile, ValueError) as exc:
         raise MemoryFormatError(f"the body is not a valid zip file ({exc})") from None
     problems: list[str] = []
     with zf:
-        infos = [i for i in zf.infolist() if not i.is_dir()]
+        infos = zf.infolist()
         declared = sum(i.file_size for i in infos)
+        if len(infos) > max_entries:  # checked before looking at any entry: a million names is a bomb too
+            raise BundleInvalid([f"the zip holds {len(infos)} entries; the limit is {max_entries} "
+                                 "(limits.import_max_entries)"])
         if declared > max_total_bytes:
-            raise MemoryFormatError(f"the zip unpacks to {declared} bytes; the limit is {max_total_bytes}")
+            raise BundleInvalid([f"the zip unpacks to {declared} bytes; the limit is {max_total_bytes} "
+                                 "(limits.import_max_bytes)"])
         bundle = _read_index(zf, problems)
         by_path = {p.place(key_prefix).rel_dir: p for p in bundle.places if _safe_place(p)}
         known = {(path, f.file): f for path, p in by_path.items() for f in p.files}
+        seen: dict[str, str] = {}
         total = 0
         for info in infos:
-            if info.filename == ZIP_INDEX:
+            problem = entry_problem(info)
+            if problem is not None:
+                problems.append(f"{info.filename}: {problem}")
                 continue
-            located = place_of_rel(normalize_path(info.filename, key_prefix), key_prefix)
+            if info.is_dir() or info.filename == ZIP_INDEX:
+                continue
+            rel = unicodedata.normalize("NFC", normalize_path(info.filename, key_prefix))
+            if rel in seen:
+                problems.append(f"{info.filename}: the same name as {seen[rel]} after Unicode (NFC) normalisation")
+                continue
+            seen[rel] = info.filename
+            located = place_of_rel(rel, key_prefix)
             if located is None:
-                continue  # sessions/, .locks/ and other objects that are not memory places
+                if rel.split("/", 1)[0] in IGNORED_TOP_DIRS:
+                    continue  # session summaries and locks of a zipped .harness folder: not memories
+                problems.append(f"{info.filename}: not inside a memory directory (users/<id>/agent-memory/<type>/, "
+                                "users/<id>/projects/<project>/memory/, agent-memory/<type>/ or "
+                                "projects/<project>/memory/)")
+                continue
             place, name = located
             if name in (INDEX_FILE, MANIFEST_FILE) or name.endswith("/" + INDEX_FILE):
                 continue  # regenerated on import
@@ -77,8 +108,13 @@ def bundle_from_zip(data: bytes, *, max_file_bytes: int, max_total_bytes: int,
             if info.file_size > limit:
                 problems.append(f"{info.filename}: {info.file_size} bytes; the limit is {limit}")
                 continue
-            with zf.open(info) as fh:
-                raw = fh.read(limit + 1)
+            try:
+                with zf.open(info) as fh:
+                    raw = fh.read(limit + 1)
+            except (zipfile.BadZipFile, RuntimeError, NotImplementedError, ValueError, EOFError,
+                    zlib.error) as exc:
+                problems.append(f"{info.filename}: cannot be read ({exc})")
+                continue
             total += len(raw)
             if len(raw) > limit or total > max_total_bytes:
                 problems.append(f"{info.filename}: larger than it claims")
@@ -107,6 +143,35 @@ def bundle_from_zip(data: bytes, *, max_file_bytes: int, max_total_bytes: int,
     return bundle
 
 
+def entry_problem(info: zipfile.ZipInfo) -> str | None:
+    """Why a zip entry can never be imported (its name or its kind), or None.
+
+    Names are checked as written, before any normalisation: ``..``, an absolute path, a drive
+    letter, a backslash or a control character is refused, never "repaired" (an absolute
+    ``/users/u1/…`` must not be read as relative). Only regular files and directories are
+    accepted: a symlink (or device, FIFO…) says so in the Unix mode of ``external_attr``, a
+    Windows reparse point in its DOS attributes; an encrypted entry cannot be checked."""
+    name = info.filename
+    mode = (info.external_attr >> 16) & 0o170000
+    if info.create_system == 3 and mode not in (0, stat.S_IFREG, stat.S_IFDIR):
+        return "a symbolic link" if mode == stat.S_IFLNK else "not a regular file"
+    if info.external_attr & _DOS_REPARSE_POINT:
+        return "not a regular file (a Windows reparse point)"
+    if info.flag_bits & 0x1:
+        return "encrypted"
+    if "\\" in name:
+        return "a backslash in the name (zip names use '/')"
+    if name.startswith(("/", "~")):
+        return "an absolute path (names in the zip are relative to the .harness folder)"
+    if _DRIVE.match(name):
+        return "a drive letter (names in the zip are relative to the .harness folder)"
+    if ".." in name.split("/"):
+        return "'..' in the path"
+    if any(unicodedata.category(ch) in ("Cc", "Cf") for ch in name):
+        return "a control or invisible character in the name"
+    return None
+
+
 def _read_index(zf: zipfile.ZipFile, problems: list[str]) -> Bundle:
     try:
         info = zf.getinfo(ZIP_INDEX)
@@ -132,4 +197,4 @@ def _safe_place(place: BundlePlace) -> bool:
     return True
 
 
-__all__ = ["ZIP_INDEX", "ZIP_MEDIA_TYPE", "BundleFile", "bundle_from_zip", "bundle_to_zip"]
+__all__ = ["ZIP_INDEX", "ZIP_MEDIA_TYPE", "BundleFile", "bundle_from_zip", "bundle_to_zip", "entry_problem"]

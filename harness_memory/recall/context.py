@@ -21,9 +21,9 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from ..config import RecallConfig
+from ..errors import HarnessMemoryError, MemoryFormatError, ObjectNotFound
 from ..escape import DATA_NOTE, fence_for, inline
 from ..escape import block as escape_block
-from ..errors import HarnessMemoryError, MemoryFormatError, ObjectNotFound
 from ..memdir import ManifestEntry, MemoryDir, ReadResult, split_frontmatter
 from ..memdir.model import parse_memory
 from .select import format_time

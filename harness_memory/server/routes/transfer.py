@@ -55,9 +55,10 @@ async def read_bundle(request: Request, ctx: ServerContext) -> Bundle:
             raise ApiError(413, f"the body is larger than {limit} bytes (server.max_request_bytes)", "too_large")
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media in (ZIP_MEDIA_TYPE, "application/x-zip-compressed") or bytes(body[:4]) == b"PK\x03\x04":
-        return await run_in_threadpool(bundle_from_zip, bytes(body),
-                                       max_file_bytes=ctx.config.limits.max_file_bytes,
-                                       max_total_bytes=limit, key_prefix=ctx.services.key_prefix)
+        limits = ctx.config.limits
+        return await run_in_threadpool(bundle_from_zip, bytes(body), max_file_bytes=limits.max_file_bytes,
+                                       max_total_bytes=limits.import_max_bytes,
+                                       max_entries=limits.import_max_entries, key_prefix=ctx.services.key_prefix)
     if media not in ("application/json", ""):
         raise ApiError(415, f"send the bundle as application/json or {ZIP_MEDIA_TYPE}, not {media}",
                        "unsupported_media_type")
