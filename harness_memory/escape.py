@@ -43,7 +43,7 @@ OUR_TAGS: tuple[str, ...] = (
     "session_summary", "memory_update",
     # blocks other memory features and agno wrap around context (stripped on capture)
     "additional_context", "additional_information", "instructions", "memories", "auto-memory",
-    "relevant-memories", "memory-context", "session-summary", "user-profile", "user_memories",
+    "relevant-memories", "memory-context", "user-profile", "user_memories",
     "memories_from_previous_interactions", "system", "uploaded_files", "current_uploads",
 )
 
@@ -115,6 +115,24 @@ def escape_tags(text: str) -> str:
     return out
 
 
+def our_tags_in(text: str) -> list[str]:
+    """Every place in ``text`` that reads as one of our tags, in order, as ``<name>`` or
+    ``</name>`` (the registry's spelling) — whatever bracket, case or look-alike letters it uses.
+    A prompt built by our renderers holds only the tags we put there: tests and ``doctor``-style
+    checks compare this list with the expected one."""
+    found: list[tuple[int, str]] = [(m.start(), "<" + m["rest"] + ">") for m in _SPECIAL_TOKEN.finditer(text)]
+    canonical = {_skeleton(t): t for t in OUR_TAGS}
+    for match in _TAG.finditer(text):
+        if _neutralise(match) == match[0]:
+            continue
+        words = match["name"].split()
+        name = next(canonical[_skeleton("".join(words[:k]))] for k in range(1, len(words) + 1)
+                    if _skeleton("".join(words[:k])) in canonical)
+        closing = any(ch in "/\uff0f\u2215\u2044\u29f8\\" for ch in match["mid"])
+        found.append((match.start(), f"</{name}>" if closing else f"<{name}>"))
+    return [tag for _, tag in sorted(found)]
+
+
 def inline(text: str | None) -> str:
     """A one-line field (a fact, a description, a profile section): control and bidi characters
     dropped, line breaks and runs of spaces folded into one space, tags neutralised."""
@@ -152,4 +170,4 @@ def json_data(value: object, *, indent: int | None = None) -> str:
 
 
 __all__ = ["DATA_NOTE", "MESSAGE_LABEL", "NEUTRAL_BRACKET", "OUR_TAGS", "SUMMARY_HEADER", "block", "escape_tags",
-           "fence_for", "fenced", "inline", "is_our_tag", "json_data"]
+           "fence_for", "fenced", "inline", "is_our_tag", "json_data", "our_tags_in"]
