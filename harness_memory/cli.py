@@ -189,30 +189,31 @@ def cmd_export(svc: MemoryServices, args: argparse.Namespace) -> int:
     return 0
 
 
-def load_bundle(svc: MemoryServices, source: str) -> Bundle:
+def load_bundle(svc: MemoryServices, source: str) -> tuple[Bundle, list[str]]:
+    """The bundle in ``source`` (JSON or zip; ``-`` = stdin) and the problems of a zip's bad entries."""
     data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
     if data[:4] == b"PK\x03\x04":
-        from .control.bundle_zip import bundle_from_zip
+        from .control.bundle_zip import read_zip
 
         limits = svc.config.limits
-        return bundle_from_zip(data, max_file_bytes=limits.max_file_bytes, max_total_bytes=limits.import_max_bytes,
-                               max_entries=limits.import_max_entries, key_prefix=svc.key_prefix)
+        return read_zip(data, max_file_bytes=limits.max_file_bytes, max_total_bytes=limits.import_max_bytes,
+                        max_entries=limits.import_max_entries, key_prefix=svc.key_prefix)
     try:
-        return Bundle.model_validate_json(data)
+        return Bundle.model_validate_json(data), []
     except ValueError as exc:
         detail = "; ".join(str(exc).splitlines()[:3])
         raise CliError(f"{source} is not a harness-memory bundle: {detail}") from None
 
 
 def cmd_import(svc: MemoryServices, args: argparse.Namespace) -> int:
-    bundle = load_bundle(svc, args.file)
+    bundle, problems = load_bundle(svc, args.file)
     target = ImportTarget(allow_shared=True)
     if args.into:
         scope = parse_scope(args.into, svc.key_prefix)
         if scope.is_all:
             raise CliError("--into needs users/<id> or a memory directory", EXIT_USAGE)
         target = ImportTarget(place=scope.place, user_id=scope.user_id, allow_shared=scope.place is not None)
-    plans = plan_import(bundle, target, svc.memdir, svc.key_prefix)
+    plans = plan_import(bundle, target, svc.memdir, svc.key_prefix, problems=problems)
     others = []
     if args.mode == "replace" and target.user_id and target.place is None and not args.dry_run:
         planned = {p.mdir.place.prefix for p in plans}

@@ -55,10 +55,11 @@ class ImportTarget:
     allow_shared: bool = False
 
 
-def plan_import(bundle: Bundle, target: ImportTarget, dirs: DirFactory, key_prefix: str = "memory/"
-                ) -> list[PlannedPlace]:
-    """Validate the whole bundle against ``target``; raise BundleInvalid listing every problem."""
-    problems: list[str] = []
+def plan_import(bundle: Bundle, target: ImportTarget, dirs: DirFactory, key_prefix: str = "memory/", *,
+                problems: Sequence[str] = ()) -> list[PlannedPlace]:
+    """Validate the whole bundle against ``target``; raise BundleInvalid listing every problem
+    (``problems``: ones found earlier, e.g. bad zip entries, listed first)."""
+    problems = list(problems)
     planned: dict[str, PlannedPlace] = {}
     if target.place is not None and len(bundle.places) > 1:
         problems.append(f"this endpoint imports one memory directory; the bundle holds {len(bundle.places)} "

@@ -61,6 +61,19 @@ def bundle_from_zip(data: bytes, *, max_file_bytes: int, max_total_bytes: int, m
                     key_prefix: str = "memory/") -> Bundle:
     """Rebuild a Bundle from a zip; raise BundleInvalid listing every bad entry (or
     MemoryFormatError when the body is no zip at all). Nothing is extracted to disk."""
+    bundle, problems = read_zip(data, max_file_bytes=max_file_bytes, max_total_bytes=max_total_bytes,
+                                max_entries=max_entries, key_prefix=key_prefix)
+    if problems:
+        raise BundleInvalid(problems)
+    return bundle
+
+
+def read_zip(data: bytes, *, max_file_bytes: int, max_total_bytes: int, max_entries: int = 20000,
+             key_prefix: str = "memory/") -> tuple[Bundle, list[str]]:
+    """The Bundle of a zip's good entries and the problems of its bad ones. Importers pass the
+    problems on to ``plan_import(problems=…)`` so one 422 lists the zip's bad entries and the
+    bad memories (frontmatter, places) together. Raises BundleInvalid only when the zip is too
+    big to look at (entry count, total size), MemoryFormatError when it is no zip."""
     try:
         zf = zipfile.ZipFile(io.BytesIO(data))
     except (zipfile.BadZipFile, ValueError) as exc:
@@ -138,9 +151,9 @@ def bundle_from_zip(data: bytes, *, max_file_bytes: int, max_total_bytes: int, m
         for item in place.files:
             if item.content is None:
                 problems.append(f"{place.path}/{item.file}: listed in {ZIP_INDEX} but missing from the zip")
-    if problems:
-        raise BundleInvalid(problems)
-    return bundle
+    for place in bundle.places:  # the missing ones are reported; they must not fail plan_import again
+        place.files = [item for item in place.files if item.content is not None]
+    return bundle, problems
 
 
 def entry_problem(info: zipfile.ZipInfo) -> str | None:
@@ -197,4 +210,4 @@ def _safe_place(place: BundlePlace) -> bool:
     return True
 
 
-__all__ = ["ZIP_INDEX", "ZIP_MEDIA_TYPE", "BundleFile", "bundle_from_zip", "bundle_to_zip", "entry_problem"]
+__all__ = ["ZIP_INDEX", "ZIP_MEDIA_TYPE", "BundleFile", "bundle_from_zip", "bundle_to_zip", "entry_problem", "read_zip"]

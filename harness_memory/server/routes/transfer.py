@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from ...auto import auto_memory_for
 from ...control.bundle import Bundle, export_places
 from ...control.bundle_import import ImportReport, ImportTarget, apply_import, plan_import
-from ...control.bundle_zip import ZIP_MEDIA_TYPE, bundle_from_zip, bundle_to_zip
+from ...control.bundle_zip import ZIP_MEDIA_TYPE, bundle_to_zip, read_zip
 from ...control.places import Scope, discover_places, place_path
 from ...layout import PlaceKind
 from ...memdir import MemoryDir
@@ -41,8 +41,9 @@ EXPORT_200: dict[int | str, dict[str, Any]] = {200: {"content": {"application/js
 USER_PLACE_KINDS = (PlaceKind.USER_AGENT, PlaceKind.USER_AUTO)
 
 
-async def read_bundle(request: Request, ctx: ServerContext) -> Bundle:
-    """The request body as a Bundle (JSON or zip), bounded by ``server.max_request_bytes``."""
+async def read_bundle(request: Request, ctx: ServerContext) -> tuple[Bundle, list[str]]:
+    """The request body as a Bundle (JSON or zip), bounded by ``server.max_request_bytes``, and
+    the problems of a zip's bad entries (for ``plan_import`` to list with its own)."""
     limit = ctx.server.max_request_bytes
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
@@ -56,7 +57,7 @@ async def read_bundle(request: Request, ctx: ServerContext) -> Bundle:
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media in (ZIP_MEDIA_TYPE, "application/x-zip-compressed") or bytes(body[:4]) == b"PK\x03\x04":
         limits = ctx.config.limits
-        return await run_in_threadpool(bundle_from_zip, bytes(body), max_file_bytes=limits.max_file_bytes,
+        return await run_in_threadpool(read_zip, bytes(body), max_file_bytes=limits.max_file_bytes,
                                        max_total_bytes=limits.import_max_bytes,
                                        max_entries=limits.import_max_entries, key_prefix=ctx.services.key_prefix)
     if media not in ("application/json", ""):
@@ -65,7 +66,7 @@ async def read_bundle(request: Request, ctx: ServerContext) -> Bundle:
     if not body:
         raise ApiError(422, "the body is empty; send a bundle from the export endpoint", "invalid_request")
     try:
-        return Bundle.model_validate_json(bytes(body))
+        return Bundle.model_validate_json(bytes(body)), []
     except ValidationError as exc:
         problems = [f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors()]
         raise ApiError(422, "the body is not a valid bundle: " + "; ".join(problems[:3]), "invalid_bundle",
@@ -103,9 +104,10 @@ def add_place_transfer_routes(router: APIRouter, prefix: str, resolve: Callable[
                  summary="Import a bundle with one memory directory into this one")
     async def import_(request: Request, mdir: Dir, mode: Mode = "merge", dry_run: DryRun = False
                       ) -> ImportResult:
-        bundle = await read_bundle(request, ctx)
+        bundle, problems = await read_bundle(request, ctx)
         target = ImportTarget(place=mdir.place)
-        plans = await run_in_threadpool(plan_import, bundle, target, ctx.services.memdir, ctx.services.key_prefix)
+        plans = await run_in_threadpool(lambda: plan_import(bundle, target, ctx.services.memdir,
+                                                            ctx.services.key_prefix, problems=problems))
         report = await run_in_threadpool(lambda: apply_import(plans, mode, dry_run=dry_run))
         return import_result(report)
 
@@ -138,9 +140,10 @@ def add_user_routes(router: APIRouter, ctx: ServerContext) -> None:
                  summary="Import a bundle into the user's memory (every place in it becomes the user's)")
     async def import_(request: Request, user: User, mode: Mode = "merge", dry_run: DryRun = False
                       ) -> ImportResult:
-        bundle = await read_bundle(request, ctx)
+        bundle, problems = await read_bundle(request, ctx)
         target = ImportTarget(user_id=user)
-        plans = await run_in_threadpool(plan_import, bundle, target, ctx.services.memdir, ctx.services.key_prefix)
+        plans = await run_in_threadpool(lambda: plan_import(bundle, target, ctx.services.memdir,
+                                                            ctx.services.key_prefix, problems=problems))
 
         def run() -> ImportReport:
             others: list[MemoryDir] = []
