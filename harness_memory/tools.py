@@ -30,6 +30,7 @@ from .errors import (
     StorageError,
     StorageUnavailable,
 )
+from .escape import inline
 from .memdir import FRONTMATTER_EXAMPLE, MemoryDir
 from .observe import DISABLED, Telemetry, wrap_context
 
@@ -165,7 +166,9 @@ class MemoryTools(Toolkit):
         sections = []
         for label, memdir, prefix in self._places():
             entries = memdir.list_entries()
-            lines = [f"- {prefix}{e.file} ({e.type or 'unknown'}) — {e.description}" for e in entries[:LIST_LIMIT]]
+            # descriptions are memory text (a shared one may come from anyone): one line, no tag of ours
+            lines = [f"- {prefix}{e.file} ({inline(e.type) or 'unknown'}) — {inline(e.description)}"
+                     for e in entries[:LIST_LIMIT]]
             if len(entries) > LIST_LIMIT:
                 lines.append(f"... and {len(entries) - LIST_LIMIT} more")
             sections.append(f"{label} ({len(entries)} files):\n" + ("\n".join(lines) if lines else "(none yet)"))
