@@ -400,7 +400,8 @@ def test_inject_from_session_id(
         mgr.collect_messages_sync("inj", turn(i))
     llm_server.script(text(summary_md("Injected")))
     summary = mgr.maybe_extract_sync("inj").summary
-    expected = f"[会话历史摘要]\n{summary}\n\n---\n用户最新消息：hello"
+    assert summary.endswith("\n")  # stored with its newline; injected without it (two, not three, before ---)
+    expected = f"[会话历史摘要]\n{summary.strip()}\n\n---\n用户最新消息：hello"
     assert asyncio.run(inject_summary_for_session(mgr, "inj", "hello")) == expected
     assert inject_summary_for_session_sync(mgr, "inj", "hello") == expected
 
