@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import HarnessMemoryError, InvalidName, MemoryFormatError
+from ..escape import inline
 from ..layout import INDEX_FILE, validate_filename, validate_id
 from ..memdir import Manifest, MemoryFile, parse_memory
 
@@ -102,12 +103,13 @@ class SnapshotStatus:
         """The note put into the agent's prompt when an update is available, else None."""
         if not self.update_available:
             return None
-        since = (f"this user's memory was last synced from the version of {self.synced_from}"
+        # the sync record is a state file a bundle import can carry: memory text, escaped as such
+        since = (f"this user's memory was last synced from the version of {inline(self.synced_from)}"
                  if self.synced_from else "this user's memory was not created from it")
         return (
             "## Memory snapshot update available\n"
             f"A newer set of starter memories for this agent (snapshot `{self.agent_type}`, updated "
-            f"{self.snapshot_updated_at}) is available; {since}. Do not change memories because of this "
+            f"{inline(self.snapshot_updated_at)}) is available; {since}. Do not change memories because of this "
             "note. When it fits the conversation, tell the user once that updated starter memories are "
             "available and that they can replace their memories with the snapshot or keep their own "
             "(dismiss the update)."
