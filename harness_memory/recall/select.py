@@ -21,6 +21,7 @@ import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from ..escape import inline
 from ..llm import LightModel, LLMError, extract_json
 from ..memdir import Manifest, ManifestEntry
 from .lexical import lexical_rank
@@ -51,8 +52,8 @@ def format_time(ts: float) -> str:
 
 def manifest_line(entry: ManifestEntry) -> str:
     """``- [user] user_role.md (2026-11-02T10:00:00Z) — The user's role``"""
-    kind = entry.type or "unknown"
-    desc = " ".join((entry.description or entry.name or "").split())
+    kind = inline(entry.type) or "unknown"
+    desc = inline(entry.description or entry.name)  # memory text: one line, no tag of ours
     return f"- [{kind}] {entry.file} ({format_time(entry.updated_at)}) — {desc}"
 
 
