@@ -67,11 +67,13 @@ HOSTILE_ZIP = [
     (BASE + unicodedata.normalize("NFD", CAFE), GOOD, None, "NFC"),
     ("notes/stray.md", GOOD, None, "not inside a memory directory"),
     ("agent-memory/default/shared.md", GOOD, None, "cannot be written here"),
+    (BASE + "dup.md", GOOD, None, "appears twice"),
     (BASE + "big.md", GOOD + "x" * 70_000, None, "the limit is 65536"),
     (BASE + "broken.md", "no frontmatter at all", None, "frontmatter"),
 ]
 
 
+@pytest.mark.filterwarnings("ignore:Duplicate name")
 @pytest.mark.parametrize("backend", ["local", "cos"])
 async def test_hostile_zips_and_bundles_change_nothing(make_config: MakeConfig, backend: str) -> None:
     cfg = make_config(backend=backend, limits={"import_max_entries": 40, "import_max_bytes": 400_000})
@@ -80,7 +82,7 @@ async def test_hostile_zips_and_bundles_change_nothing(make_config: MakeConfig, 
     good = entry(BASE + "fine.md", PREFS)
     hostile = [entry(n, d, m) if m is not None else entry(n, d) for n, d, m, _ in HOSTILE_ZIP]
     hostile.insert(9, entry(BASE + unicodedata.normalize("NFC", CAFE), GOOD))  # the other half of the collision
-    zipped = make_zip([good, *hostile])
+    zipped = make_zip([good, entry(BASE + "dup.md", GOOD), *hostile])
     async with api(cfg, wid="u1") as c:
         r = await c.post("/users/me/memory/import", content=zipped, headers={"content-type": "application/zip"})
         assert r.status_code == 422, r.text

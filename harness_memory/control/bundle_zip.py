@@ -102,7 +102,8 @@ def read_zip(data: bytes, *, max_file_bytes: int, max_total_bytes: int, max_entr
                 continue
             rel = unicodedata.normalize("NFC", normalize_path(info.filename, key_prefix))
             if rel in seen:
-                problems.append(f"{info.filename}: the same name as {seen[rel]} after Unicode (NFC) normalisation")
+                problems.append(f"{info.filename}: appears twice in the zip" if seen[rel] == info.filename else
+                                f"{info.filename}: the same name as {seen[rel]} after Unicode (NFC) normalisation")
                 continue
             seen[rel] = info.filename
             located = place_of_rel(rel, key_prefix)
