@@ -1,8 +1,12 @@
 """Importing a bundle: validate everything first, then one ``MemoryDir`` transaction per place.
 
 Why validate the whole bundle before writing anything: a user restoring a backup must never end
-up with half of it. Names, encoding, checksums, sizes, frontmatter, file counts, state files and
-where each place may go (``ImportTarget``) are all checked; any problem and nothing is written,
+up with half of it, and a hostile bundle must not get one file in. Names (``..``, absolute, drive
+letters, backslashes, names that collide after NFC normalisation), encoding, checksums, sizes,
+frontmatter, file counts, the import-wide bounds (``limits.import_max_entries`` /
+``import_max_bytes``), state files and where each place may go (``ImportTarget``: a shared place
+names each of its files as refused) are all checked, together with the problems the zip reader
+found (``problems=``); any problem and nothing is written,
 and ``BundleInvalid.problems`` lists every one so a backup is fixed in one pass. Each place is
 then written in one ``PlaceTxn`` (place lock, files, manifest of record with the bundle's meta and
 original ``created_at``, MEMORY.md, state files): a place is fully imported or unchanged. A file
