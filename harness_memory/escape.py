@@ -95,6 +95,8 @@ _CLOSE_AHEAD = re.compile(r"[ \t]*/?[ \t]*[>\uff1e\ufe65\u232a\u3009\u27e9\u276f
 
 
 _FIRST = frozenset(t[0] for t in _REGISTRY)
+#: ASCII characters that may follow an opener (after an optional "/") in one of our tags or a token.
+_MAY_FOLLOW = _FIRST | frozenset(" \t\n\r\x0b\x0c/\\|")
 
 
 def _neutralise(match: re.Match[str]) -> str:
@@ -132,6 +134,9 @@ def _tag_matches(text: str) -> list[re.Match[str]]:
     for pos in _openers(text):
         if pos < end:
             continue
+        head = text[pos + 2:pos + 3] if text.startswith("/", pos + 1) else text[pos + 1:pos + 2]
+        if text[pos] != "&" and head.isascii() and head.lower() not in _MAY_FOLLOW:
+            continue  # "a<b", "x <<2", "<div>": no tag of ours starts here (no regex needed)
         match = _SPECIAL_TOKEN.match(text, pos) or _TAG.match(text, pos)
         if match is not None:
             out.append(match)
