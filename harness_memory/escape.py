@@ -62,12 +62,12 @@ _INVISIBLE = "\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180e\u200b-\u200f\u202
 _BRACKETS = "<\uff1c\ufe64\u2329\u3008\u27e8\u276e\u02c2"  # < ＜ ﹤ 〈 〈 ⟨ ❮ ˂
 _OPEN_CHARS = _BRACKETS + "&"
 _ENTITIES = ("&lt", "&LT", "&Lt", "&lT", "&#")
-_OPEN = rf"(?:[{_BRACKETS}]|&(?:[lL][tT];?|#0*60;?|#[xX]0*3[cC];?))"  # a class first: the engine scans fast
+_OPEN = rf"(?:[{_BRACKETS}]|&(?:[lL][tT];?|#0*60;?|#[xX]0*3[cC];?))"
 _SLASH = r"[/\uff0f\u2215\u2044\u29f8\\]"
 _TAG = re.compile(
     rf"(?P<open>{_OPEN})(?P<mid>[\s{_INVISIBLE}]*(?:{_SLASH}[\s{_INVISIBLE}]*)?)"
     rf"(?P<name>[\w\-{_INVISIBLE}]+(?:[ \t]+[\w\-{_INVISIBLE}]+){{0,3}})",
-)  # no IGNORECASE (slow on every position): names are compared by ``_skeleton``
+)  # only ever .match()ed at an opener (``_openers``); names are compared by ``_skeleton``
 _SPECIAL_TOKEN = re.compile(rf"(?:[{_BRACKETS}]|&[lL][tT];?)(?P<rest>[|｜][^\s>{_BRACKETS}&]{{0,40}}[|｜])")
 _BIDI_AND_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]")
 _INLINE_SPACE = re.compile(r"[\s\u2028\u2029\x85]+")
@@ -92,14 +92,13 @@ def is_our_tag(name: str) -> bool:
 
 
 _CLOSE_AHEAD = re.compile(r"[ \t]*/?[ \t]*[>\uff1e\ufe65\u232a\u3009\u27e9\u276f]|&gt;")
-
-
 _FIRST = frozenset(t[0] for t in _REGISTRY)
 #: ASCII characters that may follow an opener (after an optional "/") in one of our tags or a token.
 _MAY_FOLLOW = _FIRST | frozenset(" \t\n\r\x0b\x0c/\\|")
 
 
 def _neutralise(match: re.Match[str]) -> str:
+    """The neutral form of a ``_TAG`` match when it names one of our tags, else the match as is."""
     head = match["name"][0]
     if head.isascii() and head.lower() not in _FIRST:
         return match[0]  # fast path: "<b", "<div", "<int>" (most "<" in code) cannot start one of ours
