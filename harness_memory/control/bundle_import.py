@@ -60,10 +60,14 @@ class ImportTarget:
 
 
 def plan_import(bundle: Bundle, target: ImportTarget, dirs: DirFactory, key_prefix: str = "memory/", *,
-                problems: Sequence[str] = ()) -> list[PlannedPlace]:
+                problems: Sequence[str] = (), limits: LimitsConfig | None = None) -> list[PlannedPlace]:
     """Validate the whole bundle against ``target``; raise BundleInvalid listing every problem
-    (``problems``: ones found earlier, e.g. bad zip entries, listed first)."""
+    (``problems``: ones found earlier, e.g. bad zip entries, listed first). A bundle over the
+    import-wide bounds of ``limits`` is refused before any file is looked at."""
     problems = list(problems)
+    too_big = _bound_problems(bundle, limits or LimitsConfig())
+    if too_big:
+        raise BundleInvalid(problems + too_big)
     planned: dict[str, PlannedPlace] = {}
     if target.place is not None and len(bundle.places) > 1:
         problems.append(f"this endpoint imports one memory directory; the bundle holds {len(bundle.places)} "
@@ -97,7 +101,6 @@ def plan_import(bundle: Bundle, target: ImportTarget, dirs: DirFactory, key_pref
                 problems.append(f"{where}/{item.file}: {problem}")
             else:
                 plan.state[item.file] = item.data()
-    problems += _bound_problems(bundle, next(iter(planned.values())).mdir.limits if planned else None)
     if problems:
         raise BundleInvalid(problems)
     return list(planned.values())
@@ -111,9 +114,8 @@ def _source_label(src: BundlePlace, fallback: str) -> str:
         return fallback
 
 
-def _bound_problems(bundle: Bundle, limits: LimitsConfig | None) -> list[str]:
+def _bound_problems(bundle: Bundle, limits: LimitsConfig) -> list[str]:
     """The import-wide bounds (``limits.import_max_entries`` / ``import_max_bytes``)."""
-    limits = limits or LimitsConfig()
     entries = sum(len(p.files) + len(p.state) for p in bundle.places)
     size = sum(len(item.content or "") for p in bundle.places for item in p.files + p.state)
     out = []

@@ -107,7 +107,8 @@ def add_place_transfer_routes(router: APIRouter, prefix: str, resolve: Callable[
         bundle, problems = await read_bundle(request, ctx)
         target = ImportTarget(place=mdir.place)
         plans = await run_in_threadpool(lambda: plan_import(bundle, target, ctx.services.memdir,
-                                                            ctx.services.key_prefix, problems=problems))
+                                                            ctx.services.key_prefix, problems=problems,
+                                                            limits=ctx.config.limits))
         report = await run_in_threadpool(lambda: apply_import(plans, mode, dry_run=dry_run))
         return import_result(report)
 
@@ -143,7 +144,8 @@ def add_user_routes(router: APIRouter, ctx: ServerContext) -> None:
         bundle, problems = await read_bundle(request, ctx)
         target = ImportTarget(user_id=user)
         plans = await run_in_threadpool(lambda: plan_import(bundle, target, ctx.services.memdir,
-                                                            ctx.services.key_prefix, problems=problems))
+                                                            ctx.services.key_prefix, problems=problems,
+                                                            limits=ctx.config.limits))
 
         def run() -> ImportReport:
             others: list[MemoryDir] = []
