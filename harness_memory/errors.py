@@ -46,3 +46,14 @@ class LockTimeout(HarnessMemoryError):
 
 class ModelNotConfigured(HarnessMemoryError):
     """No model id / base URL is configured; the message names the settings to set."""
+
+
+class LeaseLost(LockTimeout):
+    """A writer's place lock expired (or was taken over) before its writes were done; it
+    stopped before writing anything more, and what it had written was put back."""
+
+
+class OutcomeUnknown(StorageError):
+    """The store failed between the writes of one commit and the outcome could not be checked:
+    the change may or may not have taken effect. The intent record left in the place makes the
+    next writer (or ``reindex``) finish or undo it, so readers never keep a half-applied change."""
