@@ -57,3 +57,13 @@ class OutcomeUnknown(StorageError):
     """The store failed between the writes of one commit and the outcome could not be checked:
     the change may or may not have taken effect. The intent record left in the place makes the
     next writer (or ``reindex``) finish or undo it, so readers never keep a half-applied change."""
+
+
+class WriteConflict(PreconditionFailed):
+    """A file's conditional write was refused: someone else wrote it after this transaction read
+    it. ``retryable`` while the writer still holds its lease (the other write came from a pod
+    without the lock, e.g. while Redis is down): the operation is then redone on the new version."""
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable

@@ -98,7 +98,9 @@ class Lease(Protocol):
     fence: int
     exclusive: bool
 
-    def check(self) -> None: ...
+    def check(self, strict: bool = False) -> None:
+        """``strict``: ask the lock's owner (Redis) even when the local deadline is far."""
+        ...
 
 
 class _LocalLease:
@@ -109,7 +111,7 @@ class _LocalLease:
     def __init__(self, exclusive: bool) -> None:
         self.exclusive = exclusive
 
-    def check(self) -> None:
+    def check(self, strict: bool = False) -> None:
         return None
 
 
@@ -257,9 +259,12 @@ class LocalLocker:
 class RedisLease:
     """A held Redis lock: renewed by ``LEASES`` while held, checked before each write.
 
-    ``check`` asks Redis (compare-and-``PEXPIRE``, which also renews). If Redis cannot answer,
-    the lease still holds until its local deadline (measured from before the request that last
-    set or renewed the TTL, so it never outlives the key); past that it is lost.
+    ``check`` first looks at the lease's local deadline (measured from before the request that
+    last set or renewed the TTL, so it never outlives the key): a process that was paused (GC,
+    VM, SIGSTOP) or stuck past it finds the deadline near or gone and asks Redis
+    (compare-and-``PEXPIRE``, which also renews); so does the first check of a commit
+    (``strict``), which also catches a lock lost in Redis itself. If Redis cannot answer, the
+    lease holds until its local deadline and not longer.
     """
 
     def __init__(self, locker: RedisLocker, name: str, key: str, token: str, ttl: float, fence: int,
@@ -282,7 +287,9 @@ class RedisLease:
             self.lost = True
         return ok
 
-    def check(self) -> None:
+    def check(self, strict: bool = False) -> None:
+        if not self.lost and not strict and self._deadline - time.monotonic() > self.ttl / 2:
+            return  # renewed recently and not paused since: no round trip needed
         try:
             ok = self.renew()
         except REDIS_ERRORS as exc:

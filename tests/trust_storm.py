@@ -37,6 +37,7 @@ class StormReport:
     ops: list[dict[str, Any]] = field(default_factory=list)
     holder_stops: int = 0
     store_pauses: int = 0
+    redis_outages: int = 0
     lost: list[str] = field(default_factory=list)  # reported done, not readable
     leaked: list[str] = field(default_factory=list)  # reported failed, yet readable
     index_mismatch: list[str] = field(default_factory=list)
@@ -57,8 +58,12 @@ def _pause(pid: int, seconds: float) -> None:
 
 
 def run(cfg: MemoryConfig, tmp: Path, *, workers: int = 8, seconds: float = 6.0, store_pid: int | None = None,
-        stop_holders: bool = True, store_pauses: int = 1, seed: int = 12) -> StormReport:
-    """Run the storm on ``cfg`` (COS + Redis) and check every report; see the module docstring."""
+        stop_holders: bool = True, store_pauses: int = 1, redis_outage: tuple[Any, float, float] | None = None,
+        seed: int = 12) -> StormReport:
+    """Run the storm on ``cfg`` (COS + Redis) and check every report; see the module docstring.
+
+    ``redis_outage``: (the ``RedisServer`` of ``cfg``, seconds after the start, duration): the
+    server is killed then restarted (empty) on the same port."""
     rnd = random.Random(seed)
     report = StormReport()
     services = MemoryServices.from_config(cfg)
@@ -81,8 +86,16 @@ def run(cfg: MemoryConfig, tmp: Path, *, workers: int = 8, seconds: float = 6.0,
         deadline = time.monotonic() + seconds
         pauses_left = store_pauses if store_pid else 0
         next_pause = time.monotonic() + seconds / 2
+        outage_at = time.monotonic() + redis_outage[1] if redis_outage else None
         while time.monotonic() < deadline - 1.0:
             time.sleep(rnd.uniform(0.3, 0.8))
+            if redis_outage is not None and outage_at is not None and time.monotonic() >= outage_at:
+                redis_outage[0].kill()
+                time.sleep(redis_outage[2])
+                redis_outage[0].restart()
+                report.redis_outages += 1
+                outage_at = None
+                continue
             if pauses_left and time.monotonic() >= next_pause:
                 _pause(store_pid, pause_for)  # type: ignore[arg-type]
                 report.store_pauses += 1
@@ -91,7 +104,10 @@ def run(cfg: MemoryConfig, tmp: Path, *, workers: int = 8, seconds: float = 6.0,
                 continue
             if not stop_holders:
                 continue
-            holder = services.redis.get(lock_key) if services.redis is not None else None
+            try:
+                holder = services.redis.get(lock_key) if services.redis is not None else None
+            except Exception:  # Redis down (the outage run): nobody to stop
+                holder = None
             pid = int(holder.decode().split("-", 1)[0]) if holder else 0
             if pid in subprocess_pids:
                 _pause(pid, stop_for)

@@ -23,7 +23,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from ..config import LimitsConfig
-from ..errors import MemoryFormatError, ObjectNotFound, PreconditionFailed, StorageError
+from ..errors import MemoryFormatError, ObjectNotFound, PreconditionFailed, StorageError, WriteConflict
 from ..layout import INDEX_FILE, INTENT_FILE, MANIFEST_FILE, Place, validate_filename
 from ..locks import LOCAL_LEASE, Lease, LocalLocker, Locker
 from ..storage.base import ObjectStore
@@ -186,9 +186,13 @@ class MemoryDir:
         """
         file = validate_filename(file)
         self.check_content(content)  # refuse bad content before waiting for the lock
-        with self.transaction() as txn:
-            txn.write(file, content, expect=expect)
-        return _committed(txn).saved[0]
+
+        def once() -> SaveResult:
+            with self.transaction() as txn:
+                txn.write(file, content, expect=expect)
+            return _committed(txn).saved[0]
+
+        return self._redo_on_conflict(once)
 
     def save_memory(self, file: str, memory: MemoryFile) -> SaveResult:
         return self.save(file, memory.render())
@@ -214,6 +218,9 @@ class MemoryDir:
         file = validate_filename(file)
         if not old:
             raise MemoryFormatError("old_chunk must not be empty; use save_file to rewrite a whole file")
+        return self._redo_on_conflict(lambda: self._replace_once(file, old, new, replace_all))
+
+    def _replace_once(self, file: str, old: str, new: str, replace_all: bool) -> SaveResult:
         with self.transaction() as txn:
             current_obj = txn.read(file)
             if current_obj is None:
@@ -236,6 +243,21 @@ class MemoryDir:
                 )
             txn.write(file, current.replace(old, new))
         return _committed(txn).saved[0]
+
+    def _redo_on_conflict(self, once: Callable[[], SaveResult]) -> SaveResult:
+        """Run ``once`` (one transaction) again on a retryable write conflict — another pod wrote the
+        file while Redis was down and the pods could not exclude each other — with jittered
+        back-off, within ``lock_wait_seconds``. Redone from a fresh read, so nothing is lost."""
+        deadline = time.monotonic() + self.limits.lock_wait_seconds
+        pause = 0.01
+        while True:
+            try:
+                return once()
+            except WriteConflict as exc:
+                if not exc.retryable or time.monotonic() + pause > deadline:
+                    raise
+                time.sleep(pause * (0.5 + random.random()))
+                pause = min(pause * 2, 0.5)
 
     def delete(self, file: str) -> bool:
         """Remove a memory file and its index entry; False when it did not exist."""

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..errors import LeaseLost, MemoryFormatError, OutcomeUnknown, PreconditionFailed, StorageError
+from ..errors import LeaseLost, MemoryFormatError, OutcomeUnknown, PreconditionFailed, StorageError, WriteConflict
 from ..layout import INTENT_FILE, MANIFEST_FILE, validate_filename
 from ..locks import LOCAL_LEASE, Lease
 from ..storage.base import StoredObject
@@ -213,8 +213,8 @@ class PlaceTxn:
             results.append(SaveResult(w.file, self._reads.get(w.file) is None, entry))
         written: dict[str, str | None] = {}  # file -> etag of what we wrote (None: PUT sent, no answer)
         mutate = self._apply_to(results, stamp=bool(writes))
+        self.lease.check(strict=True)  # once per commit: is the lock still ours in Redis itself?
         if writes:
-            self.lease.check()
             self._write_intent(writes)
         try:
             self._put_files(writes, written)
@@ -288,10 +288,14 @@ class PlaceTxn:
             previous = self._reads.get(w.file)
             key = place.key(w.file)
             written[w.file] = None  # a PUT that fails may still have landed: the rollback checks
-            if previous is None:
-                etag = store.put_if_absent(key, w.data, content_type=MARKDOWN)
-            else:
-                etag = store.put_if_match(key, w.data, previous.etag, content_type=MARKDOWN)
+            try:
+                if previous is None:
+                    etag = store.put_if_absent(key, w.data, content_type=MARKDOWN)
+                else:
+                    etag = store.put_if_match(key, w.data, previous.etag, content_type=MARKDOWN)
+            except PreconditionFailed as exc:
+                written.pop(w.file, None)  # refused: nothing of ours landed
+                raise WriteConflict(str(exc), retryable=self._still_held()) from None
             written[w.file] = etag
 
         if self.dir.executor is not None and len(writes) > 1:
@@ -300,6 +304,16 @@ class PlaceTxn:
         else:
             for w in writes:
                 put(w)
+
+    def _still_held(self) -> bool:
+        """Whether our lease still holds (a write conflict is then another pod writing without the
+        lock, e.g. while Redis is down, and redoing the operation is right; a holder that lost its
+        lease must stop instead)."""
+        try:
+            self.lease.check(strict=True)
+        except LeaseLost:
+            return False
+        return True
 
     def _apply_to(self, results: list[SaveResult], *, stamp: bool) -> Callable[[Manifest], None]:
         def apply(m: Manifest) -> None:
@@ -340,7 +354,7 @@ class PlaceTxn:
             except Exception as exc:  # the original error matters more; the intent record repairs
                 log.warning("rollback of %s in %s failed (%s); the next writer undoes it", file, place.label, exc)
                 ok = False
-        if ok and written:
+        if ok and written and not getattr(self.lease, "lost", False):  # else it may be the next holder's
             try:
                 store.delete(self.dir.intent_key)
             except StorageError:
