@@ -161,8 +161,8 @@ class MemoryDir:
             manifest, etag, pending = self._load_with_intent()
             if pending is not None:
                 lease.check()
-                intents.resolve(self, pending, manifest.txn, etag, exclusive=lease.exclusive,
-                                ttl=self.limits.lock_ttl_seconds)
+                intents.resolve(self, pending, manifest.txn, etag, exclusive=lease.exclusive, fence=lease.fence,
+                                min_age=2 * self.limits.lock_ttl_seconds + self.limits.lock_wait_seconds)
             txn = PlaceTxn(self, manifest, etag, lease)
             yield txn
             if txn.staged:

@@ -15,8 +15,9 @@ old bytes back (or is removed), then the record is deleted. One record per place
 because one writer holds the lock at a time; a happy commit leaves its record (overwritten by
 the next one), so the normal cost is one PUT per commit and one GET per transaction.
 
-When pods cannot exclude each other (Redis down, in-process fallback lock), a record younger
-than ``2 x lock TTL`` may belong to a commit still running elsewhere, so it is left alone.
+When pods cannot exclude each other (Redis down, in-process fallback lock) a record may belong
+to a commit still running elsewhere: a record written without a Redis lease (fence 0), or read
+without one, is left alone until it is older than any commit can run (2 x lease + lock wait).
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ def load(memdir: MemoryDir) -> Intent | None:
 
 
 def resolve(memdir: MemoryDir, intent: Intent | None, committed_txid: object, manifest_etag: str | None, *,
-            exclusive: bool, ttl: float) -> bool:
+            exclusive: bool, fence: int, min_age: float) -> bool:
     """Undo ``intent`` if its commit never happened; True when something was put back.
 
     The commit never happened when the manifest is still the one it started from (same etag)
@@ -100,8 +101,12 @@ def resolve(memdir: MemoryDir, intent: Intent | None, committed_txid: object, ma
         return False
     if intent.base is None and memdir.store.exists(memdir.index_key):
         return False  # a first commit that happened and whose manifest was deleted since (MEMORY.md stays)
-    if not exclusive and time.time() - intent.at < 2 * ttl:
-        return False  # maybe another pod's commit still in flight (no shared lock right now)
+    # The writer is surely done when we hold an exclusive lease and it wrote under one of the same
+    # kind (a Redis lease: ours replaced it). A writer without a shared lease (Redis was down for
+    # it) may still be committing: its record is only resolved once it is older than any commit.
+    writer_done = exclusive and (intent.fence > 0 or fence == 0)
+    if not writer_done and time.time() - intent.at < min_age:
+        return False
     store, place = memdir.store, memdir.place
     undone = []
     for w in intent.writes:
