@@ -25,7 +25,14 @@ class PreconditionFailed(StorageError):
 
 
 class StorageUnavailable(StorageError):
-    """The store could not be reached or timed out; the operation may be retried later."""
+    """The store could not be reached or timed out; the operation may be retried later.
+
+    ``maybe_applied``: the request may have reached the store (a timeout or a connection lost
+    after sending), so a write may still take effect — as opposed to a refused connection."""
+
+    def __init__(self, message: str = "", *, maybe_applied: bool = False) -> None:
+        super().__init__(message)
+        self.maybe_applied = maybe_applied
 
 
 class AccessDenied(StorageError):

@@ -55,7 +55,8 @@ class FaultyStore(ObjectStore):
 
     def fail_after(self, match: Match, exc: BaseException | None = None, *, times: int | None = None) -> Rule:
         """The call is done by the inner store, then reported as failed (a timeout after sending)."""
-        rule = Rule(match, fail=exc or StorageUnavailable("injected fault: no answer"), times=times, after=True)
+        rule = Rule(match, fail=exc or StorageUnavailable("injected fault: no answer", maybe_applied=True),
+                    times=times, after=True)
         self.rules.append(rule)
         return rule
 

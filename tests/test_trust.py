@@ -214,6 +214,21 @@ def test_an_index_write_that_landed_but_lost_its_answer_is_reported_done(pods: P
     assert "kept" in mdir.read("a.md").text and "a.md" in mdir.manifest().entries
 
 
+def test_a_file_write_that_timed_out_after_sending_is_reported_unknown(pods: Pods) -> None:
+    """A PUT that timed out may still be applied by a stalled store later: even after a rollback
+    that looked complete, the save is not reported as "nothing saved"."""
+    svc, store = pods()
+    mdir = svc.user_agent_dir("u")
+    mdir.save("a.md", doc("before"))
+    store.fail_after(on("put_if_match", "/a.md"), times=1)  # landed, but the answer was lost
+    said = svc.memory_tools("u").save_file("a.md", doc("after"))
+    assert "may or may not have taken effect" in said and "Nothing was saved" not in said, said
+    assert "before" in mdir.read("a.md").text  # what could be checked was put back
+    assert store.exists(mdir.intent_key)  # and the record stays for the next writer to check again
+    assert svc.memory_tools("u").save_file("b.md", doc("b")).startswith("Created")
+    assert "before" in mdir.read("a.md").text and mdir.manifest().entries["a.md"].description == "the build log"
+
+
 def test_a_failed_index_write_puts_the_file_back(pods: Pods) -> None:
     """The manifest write fails but the store still answers: the file is put back, nothing changed."""
     svc, store = pods()

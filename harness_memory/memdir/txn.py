@@ -40,7 +40,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..errors import LeaseLost, MemoryFormatError, OutcomeUnknown, PreconditionFailed, StorageError, WriteConflict
+from ..errors import (
+    LeaseLost,
+    MemoryFormatError,
+    OutcomeUnknown,
+    PreconditionFailed,
+    StorageError,
+    StorageUnavailable,
+    WriteConflict,
+)
 from ..layout import INTENT_FILE, MANIFEST_FILE, validate_filename
 from ..locks import LOCAL_LEASE, Lease
 from ..storage.base import StoredObject
@@ -108,6 +116,8 @@ class PlaceTxn:
         #: The place lock's lease, checked before every write.
         self.lease = lease
         self.txid = secrets.token_hex(8)
+        #: A file PUT timed out after it may have been sent: it could still land later.
+        self._maybe_landed = False
         self._reads: dict[str, StoredObject | None] = {}
         self._writes: dict[str, _Write] = {}
         self._deletes: list[str] = []
@@ -237,7 +247,11 @@ class PlaceTxn:
 
     def _recover(self, exc: BaseException, written: dict[str, str | None], stamped: bool) -> Manifest:
         """After a failed commit: return the manifest if it did commit after all, else put the
-        written files back and re-raise ``exc`` — or raise OutcomeUnknown when neither is sure."""
+        written files back and re-raise ``exc`` — or raise OutcomeUnknown when neither is sure.
+
+        Unsure means: the store could not be read back, a file could not be put back, or a
+        request that timed out after it may have been sent (a stalled store applies it later) —
+        then the intent record stays for the next writer, and the caller is told."""
         ambiguous = stamped and not isinstance(exc, PreconditionFailed | LeaseLost | MemoryFormatError) \
             and isinstance(exc, StorageError)
         if ambiguous:  # the manifest PUT may have landed although it reported a failure
@@ -248,7 +262,9 @@ class PlaceTxn:
             if current.txn == self.txid:
                 log.warning("%s: the index write reported %s but had been stored", self.dir.place.label, exc)
                 return current
-        if not self._rollback(written):
+            if isinstance(exc, StorageUnavailable) and exc.maybe_applied and not self._maybe_landed:
+                raise self._unknown(exc) from exc  # the manifest PUT itself may still land: leave it all
+        if not self._rollback(written, keep_intent=self._maybe_landed) or self._maybe_landed:
             raise self._unknown(exc) from exc
         raise exc
 
@@ -296,6 +312,9 @@ class PlaceTxn:
             except PreconditionFailed as exc:
                 written.pop(w.file, None)  # refused: nothing of ours landed
                 raise WriteConflict(str(exc), retryable=self._still_held()) from None
+            except StorageUnavailable as exc:
+                self._maybe_landed = self._maybe_landed or exc.maybe_applied
+                raise
             written[w.file] = etag
 
         if self.dir.executor is not None and len(writes) > 1:
@@ -330,7 +349,7 @@ class PlaceTxn:
 
         return apply
 
-    def _rollback(self, written: dict[str, str | None]) -> bool:
+    def _rollback(self, written: dict[str, str | None], *, keep_intent: bool = False) -> bool:
         """Put back what each written key held before (or remove keys that were new), each only
         while it still holds what we wrote. True when every file is back (the intent record is
         then removed); False leaves the record for the next writer."""
@@ -354,7 +373,8 @@ class PlaceTxn:
             except Exception as exc:  # the original error matters more; the intent record repairs
                 log.warning("rollback of %s in %s failed (%s); the next writer undoes it", file, place.label, exc)
                 ok = False
-        if ok and written and not getattr(self.lease, "lost", False):  # else it may be the next holder's
+        lost = getattr(self.lease, "lost", False)  # then the record may be the next holder's
+        if ok and written and not keep_intent and not lost:
             try:
                 store.delete(self.dir.intent_key)
             except StorageError:
