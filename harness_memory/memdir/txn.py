@@ -136,6 +136,10 @@ class PlaceTxn:
             self._reads[file] = self.dir.store.get_or_none(self.dir.place.key(file))
         return self._reads[file]
 
+    def seed_reads(self, found: dict[str, StoredObject | None]) -> None:
+        """Files already read under this lock (``MemoryDir.transaction(prefetch=...)``)."""
+        self._reads.update(found)
+
     def prefetch(self, files: list[str]) -> None:
         """Read several files at once (concurrently with the place's executor)."""
         todo = [validate_filename(f) for f in files if validate_filename(f) not in self._reads]
