@@ -26,6 +26,7 @@ from ..config import LimitsConfig
 from ..errors import MemoryFormatError, ObjectNotFound, PreconditionFailed, StorageError, WriteConflict
 from ..layout import INDEX_FILE, INTENT_FILE, MANIFEST_FILE, Place, validate_filename
 from ..locks import LOCAL_LEASE, Lease, LocalLocker, Locker
+from ..observe import wrap_context
 from ..storage.base import ObjectStore, StoredObject
 from . import intent as intents
 from .index import CappedText, Manifest, ManifestEntry, cap_index, parse_index, render_index
@@ -178,8 +179,10 @@ class MemoryDir:
         executor is given."""
         names = [validate_filename(f) for f in prefetch]
         if self.executor is not None:
-            pending_future = self.executor.submit(intents.load, self)
-            file_futures = {n: self.executor.submit(self.store.get_or_none, self.place.key(n)) for n in names}
+            # wrap_context: the reads belong to the caller's trace (one copied context per task)
+            pending_future = self.executor.submit(wrap_context(intents.load), self)
+            file_futures = {n: self.executor.submit(wrap_context(self.store.get_or_none), self.place.key(n))
+                            for n in names}
             manifest, etag = self.load_manifest()
             return manifest, etag, pending_future.result(), {n: f.result() for n, f in file_futures.items()}
         manifest, etag = self.load_manifest()

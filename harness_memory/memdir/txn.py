@@ -51,6 +51,7 @@ from ..errors import (
 )
 from ..layout import INTENT_FILE, MANIFEST_FILE, validate_filename
 from ..locks import LOCAL_LEASE, Lease
+from ..observe import wrap_context
 from ..storage.base import StoredObject
 from .index import Manifest, ManifestEntry
 from .intent import Intent, IntentWrite, md5_hex
@@ -147,7 +148,8 @@ class PlaceTxn:
             return
         store, place = self.dir.store, self.dir.place
         if self.dir.executor is not None and len(todo) > 1:
-            found = list(self.dir.executor.map(lambda f: store.get_or_none(place.key(f)), todo))
+            futures = [self.dir.executor.submit(wrap_context(store.get_or_none), place.key(f)) for f in todo]
+            found = [f.result() for f in futures]
         else:
             found = [store.get_or_none(place.key(f)) for f in todo]
         self._reads.update(zip(todo, found, strict=True))
@@ -322,7 +324,7 @@ class PlaceTxn:
             written[w.file] = etag
 
         if self.dir.executor is not None and len(writes) > 1:
-            for future in [self.dir.executor.submit(put, w) for w in writes]:
+            for future in [self.dir.executor.submit(wrap_context(put), w) for w in writes]:
                 future.result()  # the first failure raises (after every PUT finished: rollback sees all)
         else:
             for w in writes:
