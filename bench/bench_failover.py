@@ -185,13 +185,13 @@ class CountingLocker:
         self.guard = guard
 
     @contextlib.contextmanager
-    def hold(self, name: str, *, ttl: float | None = None, wait: float | None = None) -> Iterator[None]:
-        with self.inner.hold(name, ttl=ttl, wait=wait):
+    def hold(self, name: str, *, ttl: float | None = None, wait: float | None = None) -> Iterator[Any]:
+        with self.inner.hold(name, ttl=ttl, wait=wait) as lease:
             with self.guard:
                 self.shared["inside"] += 1
                 self.shared["max"] = max(self.shared["max"], self.shared["inside"])
             try:
-                yield
+                yield lease  # the transaction checks it before each write
             finally:
                 with self.guard:
                     self.shared["inside"] -= 1

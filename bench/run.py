@@ -64,6 +64,9 @@ BENCHES = (
           "Memory-related model calls of the same kind of 100-turn conversation at five user paces."),
     Bench("concurrency", "6. Concurrency", "bench.bench_concurrency",
           "Saves per second into one place from 1 / 2 / 4 / 8 OS processes, and lost index entries."),
+    Bench("trust", "6b. Trustworthy writes", "bench.bench_trust",
+          "Place-lock waits with 8 writers, a storm with SIGSTOPped lock holders and a paused store, a 5 s Redis "
+          "outage mid-storm, and hostile frontmatter.", smoke=False),
     Bench("observe", "7. Observability overhead", "bench.bench_observe",
           "What Prometheus metrics and OpenTelemetry spans add to the post-run hooks and to a tool call."),
     Bench("load", "8. Load: pods × users on one Redis and one bucket", "bench.bench_load",

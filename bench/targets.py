@@ -83,7 +83,46 @@ def evaluate_targets(sections: dict[str, str]) -> list[Target]:
     return [_build_requests(sections.get("build")), _build_time(sections.get("build")),
             _post_hook(sections.get("session")), _recall(sections.get("recall")),
             _memory_calls(sections.get("cost"), sections.get("auto")), _pace_sweep(sections.get("auto")),
-            _observe(sections.get("observe"))]
+            _observe(sections.get("observe")), *_trust(sections.get("trust"))]
+
+
+def _trust(md: str | None) -> list[Target]:
+    """Issue 12: fair waits, the storm's two rules, the outage failure rate, hostile input time."""
+    issue = "trustworthy writes"
+    fair = find_row(md, storm=lambda s: s.startswith("fair waits"))
+    chaos = find_row(md, storm=lambda s: s.startswith("chaos"))
+    outage = find_row(md, storm=lambda s: s.startswith("Redis down"))
+    p99, top = num(fair, "lock wait p99 ms"), num(fair, "lock wait max ms")
+    how = "bench_trust: 8 processes on one place (COS + Redis), lock wait per operation around locker.hold"
+    waits = (Target("8 writers: lock wait p99 ≤ 1 s, max ≤ 5 s", issue, "n/a", None, how) if p99 is None or top is None
+             else Target("8 writers: lock wait p99 ≤ 1 s, max ≤ 5 s", issue, f"p99 {p99:.0f} ms, max {top:.0f} ms",
+                         p99 <= 1000 and top <= 5000, how, f"p99 {p99:.0f} ms, max {top:.0f} ms"))
+    lost, leaked = num(chaos, "lost (done, not readable)"), num(chaos, "leaked (failed, yet changed)")
+    how = ("bench_trust chaos storm: lock holders SIGSTOPped past the lease, SeaweedFS paused past timeout x "
+           "attempts; every reported outcome checked against what readers see")
+    if lost is None or leaked is None:
+        storm = Target("storm: 0 done lost, 0 failed that changed anything", issue, "n/a", None, how)
+    else:
+        text = (f"{lost:.0f} lost, {leaked:.0f} leaked of {chaos['operations']} operations "  # type: ignore[index]
+                f"({chaos['holders stopped']} holders stopped, {chaos['store pauses']} store pauses)")  # type: ignore[index]
+        storm = Target("storm: 0 done lost, 0 failed that changed anything", issue, text, lost == 0 and leaked == 0,
+                       how, f"{lost:.0f} lost, {leaked:.0f} leaked")
+    rate = num(outage, "failed %")
+    how = "bench_trust: redis-server killed for 5 s during the 8-process storm, restarted empty"
+    out = (Target("5 s Redis outage mid-storm: ≤ 1 % failed saves", issue, "n/a", None, how) if rate is None
+           else Target("5 s Redis outage mid-storm: ≤ 1 % failed saves", issue, f"{rate:.2f} % failed",
+                       rate <= 1.0, how, f"{rate:.2f} %"))
+    times = [num(r, "ms") for r in rows_with(md, "manifest entry bytes")]
+    entries = [num(r, "manifest entry bytes") for r in rows_with(md, "manifest entry bytes")]
+    how = "bench_trust: parse_memory on the worst frontmatter under 64 KB (aliases, tags, nesting, size)"
+    if not times or None in times:
+        hostile = Target("frontmatter < 64 KB saved or refused in < 100 ms", issue, "n/a", None, how)
+    else:
+        worst, biggest = max(t or 0 for t in times), max(e or 0 for e in entries)
+        hostile = Target("frontmatter < 64 KB saved or refused in < 100 ms", issue,
+                         f"slowest {worst:.1f} ms; largest manifest entry {biggest:.0f} bytes", worst < 100,
+                         how, f"≤ {worst:.1f} ms")
+    return [waits, storm, out, hostile]
 
 
 def _build_rows(md: str | None) -> tuple[Row | None, Row | None]:

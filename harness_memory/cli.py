@@ -397,6 +397,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the cl100k_base.tiktoken file (default: tiktoken's own cache on this machine)")
     s.add_argument("--dir", help="cache folder (default: $TIKTOKEN_CACHE_DIR, else tiktoken's default)")
     s.add_argument("--status", action="store_true", help="only say whether the encoding is cached")
+    for command in sub.choices.values():  # `harness-memory reindex -q` as well as `harness-memory -q reindex`
+        if not any("--quiet" in a.option_strings for a in command._actions):
+            command.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                                 help="no progress output")
     return p
 
 

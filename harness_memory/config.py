@@ -113,7 +113,7 @@ class RedisConfig(_Section):
     key_prefix: str = Field("hm:", description="Prefix of every Redis key (no `{` or `}`: hash tags are ours).")
     socket_timeout: float = Field(1.0, gt=0, description="Seconds per Redis command.")
     retry_after_seconds: float = Field(
-        30.0, ge=0, description="After Redis fails, seconds before it is probed again."
+        5.0, ge=0, description="After Redis fails, seconds before it is probed again."
     )
 
     @field_validator("key_prefix")
@@ -148,8 +148,12 @@ class LimitsConfig(_Section):
     max_files_per_place: int = Field(10000, ge=1, description="Most memory files in one place.")
     index_max_lines: int = Field(200, ge=1, description="MEMORY.md lines shown to the model.")
     index_max_bytes: int = Field(25600, ge=256, description="MEMORY.md bytes shown to the model.")
-    lock_ttl_seconds: float = Field(15.0, gt=0, description="TTL of a place lock (crashed holder).")
-    lock_wait_seconds: float = Field(20.0, gt=0, description="How long a writer waits for the lock.")
+    lock_ttl_seconds: float = Field(25.0, gt=0, description=(
+        "Lease of a place lock: renewed while its holder works, so it only runs out for a crashed or "
+        "stalled holder. Must exceed `cos_timeout` x (`cos_retries` + 1) (checked at start-up)."))
+    lock_wait_seconds: float = Field(30.0, gt=0, description=(
+        "How long a writer waits for the lock (queue-ordered), and the budget for retrying a commit "
+        "while Redis is down."))
     import_max_entries: int = Field(
         20000, ge=1, description="Most entries (files, state files, zip members) one import may hold; more "
         "and the whole import is refused.")
@@ -202,7 +206,9 @@ class SessionConfig(_Section):
     buffer_max_messages: int = Field(2000, ge=10, description="Cap of the buffered message list.")
     ttl_seconds: int = Field(3600, ge=60, description="TTL of a session's Redis keys.")
     keep_messages: int = Field(5, ge=0, description="Messages kept in the buffer after a summary.")
-    lock_ttl_seconds: int = Field(120, ge=5, description="TTL of the summarisation lock.")
+    lock_ttl_seconds: int = Field(120, ge=5, description=(
+        "Lease of the summarisation lock: renewed while the light model works, so it only runs out "
+        "for a crashed or stalled pod."))
     lru_size: int = Field(1024, ge=1, description="Summaries cached per pod.")
     summary_max_chars: int = Field(12000, ge=500, description="Bound on one stored summary.")
     message_max_chars: int = Field(
@@ -380,6 +386,24 @@ class MemoryConfig(_Section):
         if out["redis"]["url"]:  # redis://user:PASSWORD@host
             out["redis"]["url"] = re.sub(r"(://[^/@]*?:)[^/@]*@", r"\1***@", out["redis"]["url"])
         return out
+
+
+def lease_problem(cfg: MemoryConfig) -> str | None:
+    """Why the place-lock lease cannot cover one store write, or None.
+
+    A writer checks its lease, then sends a PUT that the store client may retry; if the lease
+    could run out before the client gives up, a stalled write could land after the next holder's.
+    So ``lock_ttl_seconds`` must exceed ``cos_timeout`` x (``cos_retries`` + 1).
+    """
+    if cfg.store.effective_backend != "cos":
+        return None
+    worst = cfg.store.cos_timeout * (cfg.store.cos_retries + 1)
+    if cfg.limits.lock_ttl_seconds > worst:
+        return None
+    return (f"limits.lock_ttl_seconds ({cfg.limits.lock_ttl_seconds:g} s) must be longer than one store write "
+            f"with its retries may take (store.cos_timeout {cfg.store.cos_timeout:g} s x (cos_retries "
+            f"{cfg.store.cos_retries} + 1) = {worst:g} s): raise HARNESS_MEMORY_LOCK_TTL_SECONDS or lower "
+            "HARNESS_MEMORY_COS_TIMEOUT / HARNESS_MEMORY_COS_RETRIES")
 
 
 def _is_secret(field: str) -> bool:

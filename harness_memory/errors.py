@@ -25,7 +25,14 @@ class PreconditionFailed(StorageError):
 
 
 class StorageUnavailable(StorageError):
-    """The store could not be reached or timed out; the operation may be retried later."""
+    """The store could not be reached or timed out; the operation may be retried later.
+
+    ``maybe_applied``: the request may have reached the store (a timeout or a connection lost
+    after sending), so a write may still take effect — as opposed to a refused connection."""
+
+    def __init__(self, message: str = "", *, maybe_applied: bool = False) -> None:
+        super().__init__(message)
+        self.maybe_applied = maybe_applied
 
 
 class AccessDenied(StorageError):
@@ -46,3 +53,24 @@ class LockTimeout(HarnessMemoryError):
 
 class ModelNotConfigured(HarnessMemoryError):
     """No model id / base URL is configured; the message names the settings to set."""
+
+
+class LeaseLost(LockTimeout):
+    """A writer's place lock expired (or was taken over) before its writes were done; it
+    stopped before writing anything more, and what it had written was put back."""
+
+
+class OutcomeUnknown(StorageError):
+    """The store failed between the writes of one commit and the outcome could not be checked:
+    the change may or may not have taken effect. The intent record left in the place makes the
+    next writer (or ``reindex``) finish or undo it, so readers never keep a half-applied change."""
+
+
+class WriteConflict(PreconditionFailed):
+    """A file's conditional write was refused: someone else wrote it after this transaction read
+    it. ``retryable`` while the writer still holds its lease (the other write came from a pod
+    without the lock, e.g. while Redis is down): the operation is then redone on the new version."""
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable

@@ -1,33 +1,46 @@
-"""Per-place locks for read-modify-write of the index and manifest.
+"""Per-place locks for read-modify-write of the index and manifest: fair, leased and fenced.
 
 Why: COS has no compare-and-swap on PUT and its LIST is eventually consistent, so two pods
 saving into one place at once would each write a MEMORY.md missing the other's entry. A lock
 per place serialises those updates:
 
-* ``RedisLocker`` — ``SET key token NX PX ttl``; released by a compare-and-delete script so a
-  holder whose lock expired never frees someone else's. A crashed holder's lock expires after
-  the TTL. When Redis stops answering, it degrades to the local lock with one warning (and
-  conditional PUT, where the backend has it, still guards the manifest).
+* ``RedisLocker`` — a **queue-ordered lease**. A waiter takes a ticket (``INCR``) and joins the
+  place's queue (a sorted set scored by ticket); the head of the queue takes the lock
+  (``SET token PX ttl``) when it is free, so waiters are served in arrival order and the longest
+  wait is bounded by the work queued ahead, not by luck of polling. A waiter that stops polling
+  (crashed, paused) is dropped from the queue after ``stale`` seconds. The lease is **renewed**
+  by a background thread while the holder works and **checked** (compare-and-``PEXPIRE`` in one
+  script) before each write; a holder that lost it raises ``LeaseLost`` instead of writing over
+  the next holder's work. The ticket doubles as a fencing number (it only grows), logged with
+  the intent record. Released by compare-and-delete, so a holder whose lease expired never frees
+  someone else's. Every key of one place carries the same ``{hash tag}`` (Redis Cluster).
+  When Redis stops answering it degrades to the local lock with one warning and probes Redis
+  again after ``retry_after`` seconds; conditional PUT, where the backend has it, still guards
+  the manifest and files.
 * ``LocalLocker`` — a thread lock per name plus, when given a folder, a ``flock`` file so
-  several processes on one machine (the local store) are serialised too.
+  several processes on one machine (the local store) are serialised too. A local lock cannot
+  expire under a live holder, so its lease never fails a check.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import heapq
+import itertools
 import logging
+import os
 import secrets
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol
 
 from filelock import FileLock
 from filelock import Timeout as FileLockTimeout
 
-from .errors import LockTimeout
+from .errors import LeaseLost, LockTimeout
 from .observe import DISABLED, Telemetry
 from .redis_client import REDIS_ERRORS, RedisClient
 
@@ -36,19 +49,171 @@ log = logging.getLogger(__name__)
 _RELEASE = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end
 """
+#: Compare-and-PEXPIRE: extend the lease only while we still hold it.
+RENEW_SCRIPT = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end
+"""
+#: KEYS: lock, queue (zset token->ticket), seen (zset token->last poll ms), ticket counter.
+#: ARGV: token, ttl ms, stale ms, keep ms. Returns the ticket (> 0) when the lock was taken, else
+#: -(1 + position in the queue).
+_ENQUEUE_OR_TAKE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local stale = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now - tonumber(ARGV[3]))
+for _, w in ipairs(stale) do
+  if w ~= ARGV[1] then
+    redis.call('ZREM', KEYS[2], w)
+    redis.call('ZREM', KEYS[3], w)
+  end
+end
+if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then
+  redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[4]), ARGV[1])
+end
+redis.call('ZADD', KEYS[3], now, ARGV[1])
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+redis.call('PEXPIRE', KEYS[3], ARGV[4])
+redis.call('PEXPIRE', KEYS[4], ARGV[4])
+local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+if head == ARGV[1] and redis.call('EXISTS', KEYS[1]) == 0 then
+  local ticket = tonumber(redis.call('ZSCORE', KEYS[2], ARGV[1]))
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  return ticket
+end
+return -1 - redis.call('ZRANK', KEYS[2], ARGV[1])
+"""
+_LEAVE = """
+redis.call('ZREM', KEYS[1], ARGV[1])
+return redis.call('ZREM', KEYS[2], ARGV[1])
+"""
+
+
+class Lease(Protocol):
+    """What a lock holder gets: ``check()`` before each write raises ``LeaseLost`` when the lock
+    is no longer ours; ``fence`` is a number that grows with every holder (0 when unknown);
+    ``exclusive`` is False while a shared lock has degraded to a per-process one (other pods may
+    hold the same place at the same time)."""
+
+    fence: int
+    exclusive: bool
+
+    def check(self, strict: bool = False) -> None:
+        """``strict``: ask the lock's owner (Redis) even when the local deadline is far."""
+        ...
+
+
+class _LocalLease:
+    """A local lock cannot expire under a live holder."""
+
+    fence = 0
+
+    def __init__(self, exclusive: bool) -> None:
+        self.exclusive = exclusive
+
+    def check(self, strict: bool = False) -> None:
+        return None
+
+
+LOCAL_LEASE: Lease = _LocalLease(True)
+#: What ``RedisLocker`` yields while Redis is down (the in-process lock excludes only this pod).
+FALLBACK_LEASE: Lease = _LocalLease(False)
 
 
 class Locker(Protocol):
     def hold(self, name: str, *, ttl: float | None = None, wait: float | None = None
-             ) -> contextlib.AbstractContextManager[None]:
+             ) -> contextlib.AbstractContextManager[Lease]:
         """Hold the lock ``name`` for the ``with`` block; raise LockTimeout after ``wait`` s."""
         ...
+
+
+class LeaseKeeper:
+    """One daemon thread that calls registered renew functions every ``interval`` seconds.
+
+    Why one thread: a pod holds many short leases at once (one per concurrent save, one per
+    running summary); a thread each would cost more than the renewals. A renew function returns
+    False when the lease is gone (it is then dropped) and may raise (logged, retried next time).
+    """
+
+    def __init__(self, name: str = "hm-lease") -> None:
+        self._name = name
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int]] = []
+        self._jobs: dict[int, tuple[Callable[[], bool], float]] = {}
+        self._ids = itertools.count(1)
+        self._thread: threading.Thread | None = None
+        self._stop = False
+
+    def add(self, renew: Callable[[], bool], interval: float) -> int:
+        """Start renewing; returns a handle for ``remove``."""
+        job = next(self._ids)
+        with self._cond:
+            self._jobs[job] = (renew, interval)
+            heapq.heappush(self._heap, (time.monotonic() + interval, job))
+            self._stop = False
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        return job
+
+    def remove(self, job: int) -> None:
+        with self._cond:
+            self._jobs.pop(job, None)
+
+    def stop_if_idle(self, timeout: float = 2.0) -> None:
+        """Stop the thread when no lease is held (``MemoryServices.close``); ``add`` restarts it."""
+        with self._cond:
+            if self._jobs or self._thread is None:
+                return
+            self._stop = True
+            thread = self._thread
+            self._cond.notify()
+        thread.join(timeout)
+
+    def _next(self) -> tuple[int, Callable[[], bool], float] | None:
+        """Wait for the next due renewal; None when told to stop with nothing to renew."""
+        with self._cond:
+            while True:
+                while self._heap and self._heap[0][1] not in self._jobs:
+                    heapq.heappop(self._heap)
+                if not self._heap:
+                    if self._stop:
+                        self._thread = None
+                        return None
+                    self._cond.wait()
+                    continue
+                due, job = self._heap[0]
+                delay = due - time.monotonic()
+                if delay <= 0:
+                    heapq.heappop(self._heap)
+                    renew, interval = self._jobs[job]
+                    return job, renew, interval
+                self._cond.wait(timeout=delay)
+
+    def _run(self) -> None:
+        while (due := self._next()) is not None:
+            job, renew, interval = due
+            try:
+                keep = renew()
+            except Exception as exc:  # Redis blip: try again next interval
+                log.debug("lease renewal failed (%s); retrying", exc)
+                keep = True
+            with self._cond:
+                if keep and job in self._jobs:
+                    heapq.heappush(self._heap, (time.monotonic() + interval, job))
+                else:
+                    self._jobs.pop(job, None)
+
+
+#: The process-wide keeper (place leases and session summary leases).
+LEASES = LeaseKeeper()
 
 
 class LocalLocker:
     """Thread lock per name, plus an flock file per name when ``lock_dir`` is given."""
 
-    def __init__(self, lock_dir: str | Path | None = None, *, ttl: float = 15.0, wait: float = 20.0,
+    def __init__(self, lock_dir: str | Path | None = None, *, ttl: float = 25.0, wait: float = 30.0,
                  telemetry: Telemetry = DISABLED) -> None:
         self.telemetry = telemetry
         self.lock_dir = Path(lock_dir) if lock_dir else None
@@ -62,7 +227,7 @@ class LocalLocker:
             return self._locks.setdefault(name, threading.Lock())
 
     @contextlib.contextmanager
-    def hold(self, name: str, *, ttl: float | None = None, wait: float | None = None) -> Iterator[None]:
+    def hold(self, name: str, *, ttl: float | None = None, wait: float | None = None) -> Iterator[Lease]:
         wait = self.wait if wait is None else wait
         lock = self._thread_lock(name)
         started = time.monotonic()
@@ -72,30 +237,81 @@ class LocalLocker:
         try:
             if self.lock_dir is None:
                 self.telemetry.lock_acquired("local", "acquired", time.monotonic() - started)
-                yield
+                yield LOCAL_LEASE
                 return
             self.lock_dir.mkdir(parents=True, exist_ok=True)
             digest = hashlib.sha1(name.encode("utf-8")).hexdigest()
             flock = FileLock(str(self.lock_dir / f"place-{digest}.lock"))
             try:
-                flock.acquire(timeout=wait)
+                flock.acquire(timeout=max(0.0, wait - (time.monotonic() - started)))
             except FileLockTimeout:
                 self.telemetry.lock_acquired("local", "timeout", time.monotonic() - started)
                 raise LockTimeout(f"another process holds {name!r}; try again in a moment") from None
             self.telemetry.lock_acquired("local", "acquired", time.monotonic() - started)
             try:
-                yield
+                yield LOCAL_LEASE
             finally:
                 flock.release()
         finally:
             lock.release()
 
 
-class RedisLocker:
-    """Distributed lock on one Redis; falls back to ``fallback`` while Redis is unreachable."""
+class RedisLease:
+    """A held Redis lock: renewed by ``LEASES`` while held, checked before each write.
 
-    def __init__(self, client: RedisClient, *, prefix: str = "hm:", ttl: float = 15.0, wait: float = 20.0,
-                 fallback: LocalLocker | None = None, retry_after: float = 30.0,
+    ``check`` first looks at the lease's local deadline (measured from before the request that
+    last set or renewed the TTL, so it never outlives the key): a process that was paused (GC,
+    VM, SIGSTOP) or stuck past it finds the deadline near or gone and asks Redis
+    (compare-and-``PEXPIRE``, which also renews); so does the first check of a commit
+    (``strict``), which also catches a lock lost in Redis itself. If Redis cannot answer, the
+    lease holds until its local deadline and not longer.
+    """
+
+    def __init__(self, locker: RedisLocker, name: str, key: str, token: str, ttl: float, fence: int,
+                 started: float) -> None:
+        self.locker, self.name, self.key, self.token, self.ttl = locker, name, key, token, ttl
+        self.fence = fence
+        self.exclusive = True
+        self.lost = False
+        self._deadline = started + ttl
+
+    def renew(self) -> bool:
+        """Extend the TTL if the lock is still ours; False (and ``lost``) once it is not."""
+        if self.lost:
+            return False
+        sent = time.monotonic()
+        ok = bool(self.locker._renew(keys=[self.key], args=[self.token, max(1, int(self.ttl * 1000))]))
+        if ok:
+            self._deadline = max(self._deadline, sent + self.ttl)
+        else:
+            self.lost = True
+        return ok
+
+    def check(self, strict: bool = False) -> None:
+        if not self.lost and not strict and self._deadline - time.monotonic() > self.ttl / 2:
+            return  # renewed recently and not paused since: no round trip needed
+        try:
+            ok = self.renew()
+        except REDIS_ERRORS as exc:
+            ok = time.monotonic() < self._deadline
+            if ok:
+                log.debug("lease check of %s: Redis unreachable (%s); the lease holds for %.1fs more",
+                          self.name, exc, self._deadline - time.monotonic())
+            else:
+                self.lost = True
+        if not ok:
+            self.locker.telemetry.lease_lost("place")
+            raise LeaseLost(f"the lock on {self.name} expired while this write waited (held past its "
+                            f"{self.ttl:g}s lease: the process or the store stalled); nothing more was "
+                            "written — try again")
+
+
+class RedisLocker:
+    """Fair distributed lock on Redis; falls back to ``fallback`` while Redis is unreachable."""
+
+    def __init__(self, client: RedisClient, *, prefix: str = "hm:", ttl: float = 25.0, wait: float = 30.0,
+                 fallback: LocalLocker | None = None, retry_after: float = 5.0,
+                 stale: float = 1.5, renew_every: float | None = None, keeper: LeaseKeeper | None = None,
                  telemetry: Telemetry = DISABLED) -> None:
         self.telemetry = telemetry
         self.client = client
@@ -104,60 +320,90 @@ class RedisLocker:
         self.prefix = prefix
         self.ttl = ttl
         self.wait = wait
+        #: A waiter silent this long (crashed, paused) loses its place in the queue.
+        self.stale = stale
+        #: None: a third of the TTL. 0: never (tests that need a lease to run out).
+        self.renew_every = renew_every
+        self.keeper = keeper or LEASES
         self.fallback = fallback or LocalLocker(ttl=ttl, wait=wait, telemetry=telemetry)
         self._release = client.register_script(_RELEASE)
+        self._renew = client.register_script(RENEW_SCRIPT)
+        self._take = client.register_script(_ENQUEUE_OR_TAKE)
+        self._leave = client.register_script(_LEAVE)
         self._warned = False
 
-    def _key(self, name: str) -> str:
-        return f"{self.prefix}lock:{name}"
+    def keys(self, name: str) -> list[str]:
+        """lock, queue, seen, ticket — one hash tag, so one Redis Cluster slot."""
+        tag = "{" + name + "}"
+        return [f"{self.prefix}lock:{tag}", f"{self.prefix}lockq:{tag}", f"{self.prefix}lockseen:{tag}",
+                f"{self.prefix}lockticket:{tag}"]
 
     @contextlib.contextmanager
-    def hold(self, name: str, *, ttl: float | None = None, wait: float | None = None) -> Iterator[None]:
+    def hold(self, name: str, *, ttl: float | None = None, wait: float | None = None) -> Iterator[Lease]:
         ttl = self.ttl if ttl is None else ttl
         wait = self.wait if wait is None else wait
-        key = self._key(name)
-        token = secrets.token_hex(16)
+        keys = self.keys(name)
+        token = f"{os.getpid()}-{secrets.token_hex(12)}"  # the holder's pid shows who holds a place
         if time.monotonic() < self._down_until:  # Redis failed recently: do not pay its timeout again
             self.telemetry.lock_acquired("redis", "fallback", 0.0)
             with self.fallback.hold(name, ttl=ttl, wait=wait):
-                yield
+                yield FALLBACK_LEASE
             return
         started = time.monotonic()
         try:
-            acquired = self._acquire(key, token, ttl, wait)
+            fence, taken_at = self._acquire(keys, token, ttl, wait)
         except REDIS_ERRORS as exc:  # any topology: RedisClusterException is not a RedisError
             self.telemetry.lock_acquired("redis", "fallback", time.monotonic() - started)
             self._down_until = time.monotonic() + self.retry_after
             if not self._warned:
-                log.warning("Redis lock unavailable (%s); using the in-process lock for %.0fs before retrying",
-                            exc, self.retry_after)
+                log.warning("Redis lock unavailable (%s); using the in-process lock, probing Redis again "
+                            "every %.0fs", exc, self.retry_after)
                 self._warned = True
-            with self.fallback.hold(name, ttl=ttl, wait=wait):
-                yield
+            with self.fallback.hold(name, ttl=ttl, wait=max(0.0, wait - (time.monotonic() - started))):
+                yield FALLBACK_LEASE
             return
-        self.telemetry.lock_acquired("redis", "acquired" if acquired else "timeout", time.monotonic() - started)
-        if not acquired:
+        self.telemetry.lock_acquired("redis", "acquired" if fence else "timeout", time.monotonic() - started)
+        if not fence:
             raise LockTimeout(f"another writer holds {name!r} for more than {wait:.0f}s; try again later")
+        if self._warned:
+            log.warning("Redis lock available again")
         self._warned = False
+        lease = RedisLease(self, name, keys[0], token, ttl, fence, taken_at)
+        every = ttl / 3 if self.renew_every is None else self.renew_every
+        job = self.keeper.add(lease.renew, every) if every > 0 else None
         try:
-            yield
+            yield lease
         finally:
+            if job is not None:
+                self.keeper.remove(job)
             try:
-                if not self._release(keys=[key], args=[token]):
-                    # Our token was gone: the lock expired while held (and maybe another writer took it).
+                if not self._release(keys=[keys[0]], args=[token]) and not lease.lost:
+                    # Our token was gone: the lease ran out while held (and maybe another writer took it).
                     self.telemetry.lease_lost("place")
-                    log.warning("the lock %s expired before its holder finished (held past its %gs TTL)",
+                    log.warning("the lock %s expired before its holder finished (held past its %gs lease)",
                                 name, ttl)
             except REDIS_ERRORS as exc:  # the TTL frees it
                 log.warning("could not release lock %s (%s); it expires in %.0fs", name, exc, ttl)
 
-    def _acquire(self, key: str, token: str, ttl: float, wait: float) -> bool:
+    def _acquire(self, keys: list[str], token: str, ttl: float, wait: float) -> tuple[int, float]:
+        """Join the queue and poll until first and the lock is free: (fence, monotonic time the
+        winning request was sent), or (0, 0) after ``wait`` seconds (the queue place is left)."""
         deadline = time.monotonic() + wait
-        pause = 0.002
-        while True:
-            if self.client.set(key, token, nx=True, px=max(1, int(ttl * 1000))):
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(pause + secrets.randbelow(1000) / 1_000_000)
-            pause = min(pause * 2, 0.05)
+        ttl_ms, stale_ms = max(1, int(ttl * 1000)), max(100, int(self.stale * 1000))
+        keep_ms = int(max(wait, ttl, self.stale) * 4000)
+        try:
+            while True:
+                sent = time.monotonic()
+                got = int(self._take(keys=keys, args=[token, ttl_ms, stale_ms, keep_ms]))
+                if got > 0:
+                    return got, sent
+                if time.monotonic() >= deadline:
+                    self._leave(keys=keys[1:3], args=[token])
+                    return 0, 0.0
+                position = -got - 1  # 0: next in line
+                pause = 0.002 if position == 0 else min(0.002 * (position + 1), 0.03)
+                time.sleep(pause + secrets.randbelow(1000) / 1_000_000)
+        except BaseException:
+            with contextlib.suppress(*REDIS_ERRORS):
+                self._leave(keys=keys[1:3], args=[token])
+            raise

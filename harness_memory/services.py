@@ -36,11 +36,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import SecretStr
 
 from . import tokens
-from .config import MemoryConfig
+from .config import ConfigError, MemoryConfig, lease_problem
 from .errors import ModelNotConfigured
 from .layout import Place
 from .llm import LightModel
-from .locks import LocalLocker, Locker, RedisLocker
+from .locks import LEASES, LocalLocker, Locker, RedisLocker
 from .memdir import CappedText, Manifest, MemoryDir
 from .observe import Telemetry, wrap_context
 from .redis_client import RedisClient, make_redis
@@ -102,6 +102,9 @@ class MemoryServices:
         for fault injection, or a store shared with other code); the services then own it.
         ``telemetry`` replaces the one built from ``config.observe`` (tests: private registry
         and tracer provider)."""
+        problem = lease_problem(config)
+        if problem:  # at start-up, not on the first stalled save
+            raise ConfigError(problem)
         tokens.configure(config.model.tokenizer)  # before anything counts a token
         telemetry = telemetry or Telemetry.from_config(config.observe)
         io = ThreadPoolExecutor(max_workers=config.store.io_threads, thread_name_prefix="hm-io")
@@ -339,6 +342,7 @@ class MemoryServices:
         _quietly("store", self.store.close)
         if self.redis is not None:
             _quietly("redis", self.redis.close)
+        _quietly("lease keeper", LEASES.stop_if_idle)  # process-wide: stops only with no lease held
 
     def __enter__(self) -> MemoryServices:
         return self

@@ -27,6 +27,7 @@ from .errors import (
     LockTimeout,
     MemoryFormatError,
     ObjectNotFound,
+    OutcomeUnknown,
     StorageError,
     StorageUnavailable,
 )
@@ -58,6 +59,8 @@ def _friendly(action: str) -> Callable[[Callable[..., str]], Callable[..., str]]
                 return f"Error: there is no memory file named {name!r}. Call list_files to see what exists."
             except LockTimeout as exc:
                 return f"Error: {exc}. Nothing was changed."
+            except OutcomeUnknown as exc:  # never "nothing was saved": it may have been
+                return f"Error: {exc}."
             except StorageUnavailable as exc:
                 return (f"Error: the memory store is unreachable right now ({exc}). Nothing was {action}; "
                         "tell the user memory is temporarily unavailable and carry on.")

@@ -25,6 +25,7 @@ class Rule:
     delay: float = 0.0
     times: int | None = None  # None: every matching call
     hits: int = 0
+    after: bool = False  # fail once the call has reached the inner store (an answer lost on the way back)
 
 
 @dataclass
@@ -52,6 +53,13 @@ class FaultyStore(ObjectStore):
         self.rules.append(rule)
         return rule
 
+    def fail_after(self, match: Match, exc: BaseException | None = None, *, times: int | None = None) -> Rule:
+        """The call is done by the inner store, then reported as failed (a timeout after sending)."""
+        rule = Rule(match, fail=exc or StorageUnavailable("injected fault: no answer", maybe_applied=True),
+                    times=times, after=True)
+        self.rules.append(rule)
+        return rule
+
     def stall(self, match: Match, seconds: float, *, times: int | None = None) -> Rule:
         rule = Rule(match, delay=seconds, times=times)
         self.rules.append(rule)
@@ -60,7 +68,8 @@ class FaultyStore(ObjectStore):
     def clear(self) -> None:
         self.rules.clear()
 
-    def _before(self, op: str, key: str) -> None:
+    def _before(self, op: str, key: str) -> Rule | None:
+        """Apply the first matching rule's delay and (unless ``after``) its failure; returns it."""
         rule = None
         with self._lock:
             self.calls.log.append((op, key))
@@ -70,11 +79,12 @@ class FaultyStore(ObjectStore):
                     rule = candidate
                     break
         if rule is None:
-            return
+            return None
         if rule.delay:
             time.sleep(rule.delay)
-        if rule.fail is not None:
+        if rule.fail is not None and not rule.after:
             raise rule.fail
+        return rule
 
     def _call(self, op: str, key: str, fn: Callable[[], object]) -> object:
         with self._lock:
@@ -82,8 +92,11 @@ class FaultyStore(ObjectStore):
             self.calls.inflight[op] = n
             self.calls.max_inflight[op] = max(self.calls.max_inflight.get(op, 0), n)
         try:
-            self._before(op, key)
-            return fn()
+            rule = self._before(op, key)
+            result = fn()
+            if rule is not None and rule.after and rule.fail is not None:
+                raise rule.fail
+            return result
         finally:
             with self._lock:
                 self.calls.inflight[op] -= 1

@@ -278,6 +278,12 @@ class SeaweedFS:
     def domain_for(self, bucket: str) -> str:
         return f"{HOST}:{self.s3_port}/{bucket}"
 
+    @property
+    def pid(self) -> int:
+        """The server process (SIGSTOP it to pause the store: its data and connections stay)."""
+        assert self._proc is not None, "SeaweedFS is not running"
+        return self._proc.pid
+
     def running(self) -> bool:
         return self._proc is not None and self._proc.alive()
 

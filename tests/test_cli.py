@@ -93,7 +93,8 @@ def test_export_clear_import_is_byte_identical(cfg: MemoryConfig,
                                                tmp_path: Path) -> None:
     seed(cfg)
     store = services_for(cfg).store
-    before = {k: store.get(k).data for k in keys(cfg, "users/u1/") if not k.endswith(".manifest.json")}
+    bookkeeping = (".manifest.json", ".intent.json")  # write times, transaction ids
+    before = {k: store.get(k).data for k in keys(cfg, "users/u1/") if not k.endswith(bookkeeping)}
     backup = tmp_path / "u1.zip"
     out, as_json = cli.many(["export", "users/u1", "-o", str(backup)], ["export", "users/u1"])
     assert out.returncode == 0, out.stderr
@@ -108,7 +109,7 @@ def test_export_clear_import_is_byte_identical(cfg: MemoryConfig,
     out, retarget = cli.many(["import", str(backup)], ["import", str(tmp_path / "u1.json"), "--into", "users/u9"])
     assert out.returncode == 0, out.stderr
     assert b"wrote 3 files into 2 places (merge)" in out.stderr
-    after = {k: store.get(k).data for k in keys(cfg, "users/u1/") if not k.endswith(".manifest.json")}
+    after = {k: store.get(k).data for k in keys(cfg, "users/u1/") if not k.endswith(bookkeeping)}
     assert after == before
     assert retarget.returncode == 0, retarget.stderr
     assert stored(cfg, "users/u9/agent-memory/default/user_role.md") == GOOD.encode()

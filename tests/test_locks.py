@@ -49,25 +49,26 @@ def exclusive(locker: Any, name: str, n_threads: int = 8, rounds: int = 20) -> i
 def test_redis_lock_is_exclusive(redis_client: redis.Redis) -> None:
     locker = RedisLocker(redis_client, prefix="t-excl:", ttl=5, wait=10)
     assert exclusive(locker, "p") == 160
-    assert redis_client.get("t-excl:lock:p") is None  # released
+    assert redis_client.get(locker.keys("p")[0]) is None  # released
 
 
 def test_redis_lock_times_out_and_expires(redis_client: redis.Redis) -> None:
     locker = RedisLocker(redis_client, prefix="t-exp:", ttl=0.3, wait=0.05)
-    redis_client.set("t-exp:lock:p", "someone-else", px=300)  # a crashed holder
+    redis_client.set(locker.keys("p")[0], "someone-else", px=300)  # a crashed holder
     with pytest.raises(LockTimeout, match="another writer holds"), locker.hold("p"):
         pass
     time.sleep(0.35)
     with locker.hold("p"):
-        assert redis_client.get("t-exp:lock:p") not in (None, b"someone-else")
+        assert redis_client.get(locker.keys("p")[0]) not in (None, b"someone-else")
 
 
 def test_redis_release_never_frees_a_foreign_lock(redis_client: redis.Redis) -> None:
-    locker = RedisLocker(redis_client, prefix="t-cad:", ttl=0.1, wait=1)
+    locker = RedisLocker(redis_client, prefix="t-cad:", ttl=0.1, wait=1, renew_every=0)  # no renewal
+    key = locker.keys("p")[0]
     with locker.hold("p"):
         time.sleep(0.15)  # our lock expired...
-        redis_client.set("t-cad:lock:p", "other", px=5000)  # ...and another pod took it
-    assert redis_client.get("t-cad:lock:p") == b"other"
+        redis_client.set(key, "other", px=5000)  # ...and another pod took it
+    assert redis_client.get(key) == b"other"
 
 
 def test_redis_down_falls_back_to_local_lock(caplog: pytest.LogCaptureFixture) -> None:

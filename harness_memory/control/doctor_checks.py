@@ -50,27 +50,12 @@ def check_config(services: MemoryServices, deadline: float) -> Finding:
     backend = cfg.store.effective_backend
     where = services.store.describe()
     problems: list[tuple[str, str]] = []
-    if backend == "cos":
-        worst = cfg.store.cos_timeout * (cfg.store.cos_retries + 1)
-        if cfg.limits.lock_ttl_seconds <= cfg.store.cos_timeout:
-            return Finding("fail", f"limits.lock_ttl_seconds ({cfg.limits.lock_ttl_seconds:g} s) is not longer "
-                           f"than one store request may take ({cfg.store.cos_timeout:g} s): a slow save outlives "
-                           "its place lock and can overwrite a newer one",
-                           "raise HARNESS_MEMORY_LOCK_TTL_SECONDS above HARNESS_MEMORY_COS_TIMEOUT")
-        if cfg.limits.lock_ttl_seconds <= worst:
-            problems.append((f"a store request with its retries may take {worst:g} s, longer than the place "
-                             f"lock's {cfg.limits.lock_ttl_seconds:g} s TTL",
-                             "raise HARNESS_MEMORY_LOCK_TTL_SECONDS or lower HARNESS_MEMORY_COS_TIMEOUT / "
-                             "HARNESS_MEMORY_COS_RETRIES"))
-        if not cfg.redis.url:
-            problems.append(("COS without Redis: locks and the session buffer are per process, so several "
-                             "pods writing one place can lose index entries", "set HARNESS_MEMORY_REDIS_URL "
-                             "(fine without it for a single pod)"))
+    # The lease rule (``lease_problem``) is checked when the services are built.
+    if backend == "cos" and not cfg.redis.url:
+        problems.append(("COS without Redis: locks and the session buffer are per process, so several "
+                         "pods writing one place can lose index entries", "set HARNESS_MEMORY_REDIS_URL "
+                         "(fine without it for a single pod)"))
     light = services.light_model()
-    if light is not None and cfg.session.lock_ttl_seconds < cfg.model.light_timeout + 10:
-        problems.append((f"session.lock_ttl_seconds ({cfg.session.lock_ttl_seconds} s) < light_timeout "
-                         f"({cfg.model.light_timeout:g} s) + 10 s: a slow summary loses its lock and is discarded",
-                         "raise HARNESS_MEMORY_SESSION_LOCK_TTL_SECONDS"))
     if cfg.limits.lock_wait_seconds < cfg.limits.lock_ttl_seconds:
         problems.append((f"limits.lock_wait_seconds ({cfg.limits.lock_wait_seconds:g} s) < lock_ttl_seconds "
                          f"({cfg.limits.lock_ttl_seconds:g} s): writers give up before a crashed holder's lock "

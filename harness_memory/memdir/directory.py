@@ -1,33 +1,40 @@
 """One memory place as a directory of memory files with its index kept in step.
 
 Why the write path looks like this: the manifest is the index of record and is updated
-read-modify-write under the place lock, with a conditional PUT (If-Match / create-only) as a
-second guard where the backend enforces it. Every write — one file or many, a delete, a
-snapshot, an auto-memory update, an import — is one ``PlaceTxn`` (``memdir/txn.py``): the files
-are written first; if the index update then fails, the file writes are rolled back, so a failed
-save leaves the place as it was. MEMORY.md is re-rendered from the manifest after every change;
-if only that write fails the next change heals it, and readers use the manifest anyway.
+read-modify-write under the place lock (a renewed, checked lease), with a conditional PUT
+(If-Match / create-only) as a second guard where the backend enforces it. Every write — one file
+or many, a delete, a snapshot, an auto-memory update, an import — is one ``PlaceTxn``
+(``memdir/txn.py``): an intent record first, then the files, then the manifest (the commit
+point); if the index update fails, the file writes are rolled back, and if even that fails the
+next transaction undoes them from the intent record (``memdir/intent.py``), so a failed save
+leaves the place as it was. MEMORY.md is re-rendered from the manifest after every change; if
+only that write fails the next change heals it, and readers use the manifest anyway.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import random
 import time
+import unicodedata
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from ..config import LimitsConfig
-from ..errors import MemoryFormatError, ObjectNotFound, PreconditionFailed, StorageError
-from ..layout import INDEX_FILE, MANIFEST_FILE, Place, validate_filename
-from ..locks import LocalLocker, Locker
-from ..storage.base import ObjectStore
+from ..errors import MemoryFormatError, ObjectNotFound, PreconditionFailed, StorageError, WriteConflict
+from ..layout import INDEX_FILE, INTENT_FILE, MANIFEST_FILE, Place, validate_filename
+from ..locks import LOCAL_LEASE, Lease, LocalLocker, Locker
+from ..observe import wrap_context
+from ..storage.base import ObjectStore, StoredObject
+from . import intent as intents
 from .index import CappedText, Manifest, ManifestEntry, cap_index, parse_index, render_index
 from .model import MemoryFile, parse_memory
 from .txn import ABSENT, PlaceTxn, SaveResult, TxnResult
 
 log = logging.getLogger(__name__)
+#: Manifest commit attempts at least (more while the lock-wait budget lasts, with back-off).
 COMMIT_ATTEMPTS = 6
 
 
@@ -50,6 +57,8 @@ class MemoryDir:
         #: Runs a transaction's file reads and writes concurrently (the services' ``io`` pool).
         self.executor = executor
         self.locker = locker or LocalLocker(ttl=self.limits.lock_ttl_seconds, wait=self.limits.lock_wait_seconds)
+        #: Files the last ``reindex`` could not index: (name, reason).
+        self.last_skipped: list[tuple[str, str]] = []
 
     def __repr__(self) -> str:
         return f"MemoryDir({self.place.label})"
@@ -61,6 +70,10 @@ class MemoryDir:
     @property
     def index_key(self) -> str:
         return self.place.reserved_key(INDEX_FILE)
+
+    @property
+    def intent_key(self) -> str:
+        return self.place.reserved_key(INTENT_FILE)
 
     # -- reading --------------------------------------------------------------------------
     def load_manifest(self) -> tuple[Manifest, str | None]:
@@ -118,7 +131,7 @@ class MemoryDir:
         """Validate size and frontmatter before anything is written."""
         if not isinstance(content, str):
             raise MemoryFormatError("content must be text")
-        size = len(content.encode("utf-8"))
+        size = self._utf8(content)
         if size > self.limits.max_file_bytes:
             raise MemoryFormatError(
                 f"content is {size} bytes; the limit is {self.limits.max_file_bytes} bytes. "
@@ -128,19 +141,53 @@ class MemoryDir:
             raise MemoryFormatError("content contains a NUL character")
         return parse_memory(content)
 
-    def transaction(self) -> contextlib.AbstractContextManager[PlaceTxn]:
+    @staticmethod
+    def _utf8(content: str) -> int:
+        """Byte size of ``content``; a lone surrogate (half of an emoji pair) is refused clearly."""
+        try:
+            return len(content.encode("utf-8"))
+        except UnicodeEncodeError as exc:
+            raise MemoryFormatError(
+                f"content holds an unpaired surrogate ({content[exc.start]!r} at character {exc.start}): "
+                "half of a character; remove it or write the whole character") from None
+
+    def transaction(self, prefetch: tuple[str, ...] = ()) -> contextlib.AbstractContextManager[PlaceTxn]:
         """Hold the place lock and yield a ``PlaceTxn`` started from the current manifest; what
-        the block stages is committed when it ends without an exception (nothing otherwise)."""
-        return self._transaction()
+        the block stages is committed when it ends without an exception (nothing otherwise).
+        ``prefetch``: files the block will read or write, read together with the manifest (one
+        round trip less while the lock is held)."""
+        return self._transaction(prefetch)
 
     @contextlib.contextmanager
-    def _transaction(self) -> Iterator[PlaceTxn]:
-        with self.locker.hold(self.place.lock_name()):
-            manifest, etag = self.load_manifest()
-            txn = PlaceTxn(self, manifest, etag)
+    def _transaction(self, prefetch: tuple[str, ...] = ()) -> Iterator[PlaceTxn]:
+        with self.locker.hold(self.place.lock_name()) as lease:
+            manifest, etag, pending, files = self._load_with_intent(prefetch)
+            if pending is not None:
+                lease.check()
+                intents.resolve(self, pending, manifest.txn, etag, exclusive=lease.exclusive, fence=lease.fence,
+                                min_age=2 * self.limits.lock_ttl_seconds + self.limits.lock_wait_seconds)
+            txn = PlaceTxn(self, manifest, etag, lease)
+            if pending is None or not any(w.file in files for w in pending.writes):  # else read after the undo
+                txn.seed_reads(files)
             yield txn
             if txn.staged:
                 txn.commit()
+
+    def _load_with_intent(self, prefetch: tuple[str, ...]
+                          ) -> tuple[Manifest, str | None, intents.Intent | None, dict[str, StoredObject | None]]:
+        """The manifest, the intent record and the ``prefetch`` files, read concurrently when an
+        executor is given."""
+        names = [validate_filename(f) for f in prefetch]
+        if self.executor is not None:
+            # wrap_context: the reads belong to the caller's trace (one copied context per task)
+            pending_future = self.executor.submit(wrap_context(intents.load), self)
+            file_futures = {n: self.executor.submit(wrap_context(self.store.get_or_none), self.place.key(n))
+                            for n in names}
+            manifest, etag = self.load_manifest()
+            return manifest, etag, pending_future.result(), {n: f.result() for n, f in file_futures.items()}
+        manifest, etag = self.load_manifest()
+        files = {n: self.store.get_or_none(self.place.key(n)) for n in names}
+        return manifest, etag, intents.load(self), files
 
     def save(self, file: str, content: str, *, expect: str | None = None) -> SaveResult:
         """Write a memory file (create or overwrite) and its index entry, atomically as a unit.
@@ -151,9 +198,13 @@ class MemoryDir:
         """
         file = validate_filename(file)
         self.check_content(content)  # refuse bad content before waiting for the lock
-        with self.transaction() as txn:
-            txn.write(file, content, expect=expect)
-        return _committed(txn).saved[0]
+
+        def once() -> SaveResult:
+            with self.transaction(prefetch=(file,)) as txn:
+                txn.write(file, content, expect=expect)
+            return _committed(txn).saved[0]
+
+        return self._redo_on_conflict(once)
 
     def save_memory(self, file: str, memory: MemoryFile) -> SaveResult:
         return self.save(file, memory.render())
@@ -179,11 +230,19 @@ class MemoryDir:
         file = validate_filename(file)
         if not old:
             raise MemoryFormatError("old_chunk must not be empty; use save_file to rewrite a whole file")
-        with self.transaction() as txn:
+        return self._redo_on_conflict(lambda: self._replace_once(file, old, new, replace_all))
+
+    def _replace_once(self, file: str, old: str, new: str, replace_all: bool) -> SaveResult:
+        with self.transaction(prefetch=(file,)) as txn:
             current_obj = txn.read(file)
             if current_obj is None:
                 raise ObjectNotFound(f"no object at {self.place.key(file)}")
-            current = current_obj.data.decode("utf-8", errors="replace")
+            try:
+                current = current_obj.data.decode("utf-8")
+            except UnicodeDecodeError as exc:  # a replace would silently turn those bytes into U+FFFD
+                raise MemoryFormatError(
+                    f"{file} holds bytes that are not valid UTF-8 (at byte {exc.start}), so a chunk replace "
+                    "would corrupt them; read_file it and save_file the whole corrected text instead") from None
             count = current.count(old)
             if count == 0:
                 raise MemoryFormatError(
@@ -196,6 +255,21 @@ class MemoryDir:
                 )
             txn.write(file, current.replace(old, new))
         return _committed(txn).saved[0]
+
+    def _redo_on_conflict(self, once: Callable[[], SaveResult]) -> SaveResult:
+        """Run ``once`` (one transaction) again on a retryable write conflict — another pod wrote the
+        file while Redis was down and the pods could not exclude each other — with jittered
+        back-off, within ``lock_wait_seconds``. Redone from a fresh read, so nothing is lost."""
+        deadline = time.monotonic() + self.limits.lock_wait_seconds
+        pause = 0.01
+        while True:
+            try:
+                return once()
+            except WriteConflict as exc:
+                if not exc.retryable or time.monotonic() + pause > deadline:
+                    raise
+                time.sleep(pause * (0.5 + random.random()))
+                pause = min(pause * 2, 0.5)
 
     def delete(self, file: str) -> bool:
         """Remove a memory file and its index entry; False when it did not exist."""
@@ -223,51 +297,79 @@ class MemoryDir:
             return sum(1 for k in keys if k.endswith(".md") and not k.endswith("/" + INDEX_FILE))
 
     def reindex(self) -> Manifest:
-        """Rebuild the manifest and MEMORY.md from the files themselves (LIST; on demand only)."""
+        """Rebuild the manifest and MEMORY.md from the files themselves (LIST; on demand only).
+
+        A file that cannot be indexed (bad frontmatter, unreadable) is skipped and reported in
+        ``last_skipped``; it never fails the place. An object whose name is not NFC-normalised
+        (copied from a Mac) is moved to its NFC name, the only name the tools can address."""
+        skipped: list[tuple[str, str]] = []
         with self.transaction() as txn:
             old = txn.manifest
             fresh: dict[str, ManifestEntry] = {}
             for info in self.store.list(self.place.prefix):
                 rel = self.place.filename_of(info.key)
+                if rel == INDEX_FILE or any(p.startswith(".") for p in rel.split("/")):
+                    continue  # the index, the manifest, state and intent records
                 try:
-                    validate_filename(rel)
+                    name = validate_filename(unicodedata.normalize("NFC", rel))
                     obj = self.store.get(info.key)
                     memory = parse_memory(obj.data.decode("utf-8", errors="replace"))
-                except (MemoryFormatError, ValueError, ObjectNotFound) as exc:
-                    if rel not in (INDEX_FILE,) and not rel.startswith("."):
-                        log.warning("reindex %s: skipping %s (%s)", self.place.label, rel, exc)
+                except ObjectNotFound as exc:  # deleted since the LIST
+                    log.info("reindex %s: %s is gone (%s)", self.place.label, rel, exc)
                     continue
-                prior = old.entries.get(rel)
-                fresh[rel] = ManifestEntry.from_memory(
-                    rel, memory, len(obj.data), created_at=prior.created_at if prior else info.last_modified,
+                except StorageError:
+                    raise  # the store failing: the place keeps its index as it was
+                except Exception as exc:  # anything about the file itself: skip and report it
+                    skipped.append((rel, str(exc).splitlines()[0]))
+                    log.warning("reindex %s: skipping %s (%s)", self.place.label, rel, skipped[-1][1])
+                    continue
+                if name != rel:
+                    if name in fresh or self.store.exists(self.place.key(name)):
+                        skipped.append((rel, f"its NFC name {name} exists too"))
+                        continue
+                    txn.write(name, obj.data.decode("utf-8", errors="replace"))
+                    txn.discard_key(info.key)  # removed after the NFC copy is committed
+                prior = old.entries.get(name)
+                fresh[name] = ManifestEntry.from_memory(
+                    name, memory, len(obj.data), created_at=prior.created_at if prior else info.last_modified,
                     now=info.last_modified)
             txn.mutate(lambda m: (m.entries.clear(), m.entries.update(fresh)))
+        self.last_skipped = skipped
         return _committed(txn).manifest
 
     # -- internals ------------------------------------------------------------------------
     def commit_manifest(self, mutate: Callable[[Manifest], object],
-                        start: tuple[Manifest, str | None] | None = None) -> Manifest:
-        """Read-modify-write the manifest (conditional PUT, retried), then re-render MEMORY.md.
+                        start: tuple[Manifest, str | None] | None = None, lease: Lease = LOCAL_LEASE) -> Manifest:
+        """Read-modify-write the manifest (conditional PUT), then re-render MEMORY.md.
 
         Only ``PlaceTxn.commit`` calls this (it holds the place lock). ``start`` is the manifest
-        (and its etag) read under that lock, saving one GET; on a conflict it is read again.
+        (and its etag) read under that lock, saving one GET; on a conflict (another pod writing
+        while locks are degraded, Redis down) it is read again and retried with jittered back-off
+        for up to ``lock_wait_seconds``, so an outage slows saves instead of failing them.
         """
-        for _attempt in range(COMMIT_ATTEMPTS):
+        deadline = time.monotonic() + self.limits.lock_wait_seconds
+        pause = 0.01
+        attempt = 0
+        while True:
+            attempt += 1
             manifest, etag = start if start is not None else self.load_manifest()
             start = None
             mutate(manifest)
             manifest.updated_at = time.time()
             payload = manifest.to_bytes()
+            lease.check()
             try:
                 if etag is None:
                     self.store.put_if_absent(self.manifest_key, payload, content_type="application/json")
                 else:
                     self.store.put_if_match(self.manifest_key, payload, etag, content_type="application/json")
                 break
-            except PreconditionFailed:
-                continue  # someone wrote between our read and write: read again
-        else:
-            raise StorageError(f"the index of {self.place.label} kept changing under us; try again")
+            except PreconditionFailed:  # someone wrote between our read and write: read again
+                if attempt >= COMMIT_ATTEMPTS and time.monotonic() + pause > deadline:
+                    raise StorageError(f"the index of {self.place.label} kept changing under us for "
+                                       f"{self.limits.lock_wait_seconds:g}s; try again") from None
+                time.sleep(pause * (0.5 + random.random()))
+                pause = min(pause * 2, 0.5)
         try:
             self.store.put(self.index_key, render_index(manifest).encode("utf-8"),
                            content_type="text/markdown; charset=utf-8")

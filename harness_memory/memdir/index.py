@@ -17,12 +17,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import MemoryFormatError
-from .model import MemoryFile, MemoryType
+from .model import MemoryFile, MemoryType, clean_line
 
 MANIFEST_VERSION = 1
 # Frontmatter keys copied into the manifest so readers need not open the file.
 MANIFEST_EXTRA_KEYS = ("confidence", "category", "source", "source_error", "created", "updated", "tags",
                        "confirmed", "confirmations", "expires")
+#: Bound on one entry's copied frontmatter extras (JSON bytes): an entry stays a few KB at most,
+#: so one odd file cannot make every later save of its place slow.
+MAX_ENTRY_EXTRA_BYTES = 2048
 _INDEX_LINE = re.compile(r"^\s*-\s*\[(?P<name>[^\]]*)\]\((?P<file>[^)]+)\)\s*(?:[—-]+\s*(?P<desc>.*))?$")
 
 
@@ -41,7 +44,7 @@ class ManifestEntry:
     def from_memory(cls, file: str, memory: MemoryFile, size: int, *, created_at: float | None = None,
                     now: float | None = None) -> ManifestEntry:
         now = time.time() if now is None else now
-        extra = {k: memory.extra[k] for k in MANIFEST_EXTRA_KEYS if k in memory.extra}
+        extra = _bounded_extra(memory.extra)
         return cls(file=file, name=memory.name, description=memory.description, type=memory.type.value,
                    size=size, created_at=created_at if created_at is not None else now, updated_at=now,
                    extra=extra)
@@ -67,6 +70,9 @@ class Manifest:
     updated_at: float = 0.0
     #: Free-form state kept beside the entries (snapshot sync info, auto-memory profile, ...).
     meta: dict[str, Any] = field(default_factory=dict)
+    #: Id of the last commit that wrote files: the commit point of its intent record
+    #: (``intent.py``). Not in ``meta``, so exports and imports never carry it.
+    txn: str = ""
 
     def sorted_entries(self) -> list[ManifestEntry]:
         return [self.entries[k] for k in sorted(self.entries)]
@@ -76,6 +82,7 @@ class Manifest:
             "version": MANIFEST_VERSION,
             "updated_at": self.updated_at,
             "meta": self.meta,
+            "txn": self.txn,
             "entries": [e.to_dict() for e in self.sorted_entries()],
         }
         return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
@@ -94,17 +101,33 @@ class Manifest:
                 entries[entry.file] = entry
             meta = payload.get("meta") or {}
             return cls(entries=entries, updated_at=float(payload.get("updated_at", 0.0)),
-                       meta=meta if isinstance(meta, dict) else {})
+                       meta=meta if isinstance(meta, dict) else {}, txn=str(payload.get("txn") or ""))
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise MemoryFormatError(f"the memory manifest is damaged ({exc}); run `harness-memory reindex`")\
                 from None
 
 
+def _bounded_extra(front: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's copy of the known frontmatter extras, in key order, while they fit."""
+    extra: dict[str, Any] = {}
+    used = 0
+    for key in MANIFEST_EXTRA_KEYS:
+        if key not in front:
+            continue
+        size = len(json.dumps(front[key], ensure_ascii=False, default=str)) + len(key) + 4
+        if used + size > MAX_ENTRY_EXTRA_BYTES:
+            continue  # still in the file itself; only the index copy is skipped
+        extra[key] = front[key]
+        used += size
+    return extra
+
+
 def index_line(entry: ManifestEntry) -> str:
-    """``- [name](file.md) — description``"""
-    name = entry.name.replace("]", ")").replace("[", "(")
+    """``- [name](file.md) — description`` (control and bidi characters removed, also from entries
+    written before descriptions were cleaned)."""
+    name = clean_line(entry.name).replace("]", ")").replace("[", "(")
     target = entry.file.replace(" ", "%20").replace(")", "%29")
-    return f"- [{name}]({target}) — {entry.description}"
+    return f"- [{name}]({target}) — {clean_line(entry.description)}"
 
 
 def render_index(manifest: Manifest, title: str = "Memory index") -> str:

@@ -9,6 +9,7 @@ tool's annotations survive a round trip.
 from __future__ import annotations
 
 import datetime as dt
+import unicodedata
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -25,6 +26,15 @@ FRONTMATTER_EXAMPLE = (
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 MAX_NAME_CHARS = 200
 MAX_DESCRIPTION_CHARS = 500
+#: Bounds on the frontmatter a file may carry: text size, nesting depth and YAML nodes. With
+#: aliases refused these make any frontmatter parse in milliseconds (a "billion laughs" of 460
+#: bytes used to take a minute of CPU and a 30 MB manifest).
+MAX_FRONTMATTER_BYTES = 16_384
+MAX_FRONTMATTER_DEPTH = 8
+MAX_FRONTMATTER_NODES = 2_000
+#: Joiners that emoji sequences need; every other format character (bidi overrides, zero-width
+#: spaces) and every control character is removed from names and descriptions.
+_KEEP_FORMAT = {"\u200c", "\u200d"}
 
 
 class MemoryType(StrEnum):
@@ -79,7 +89,7 @@ def parse_memory(text: str) -> MemoryFile:
             + FRONTMATTER_EXAMPLE
         )
     try:
-        front = yaml.load(front_text, Loader=_Loader) if front_text.strip() else {}
+        front = load_frontmatter(front_text) if front_text.strip() else {}
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" (line {where.line + 2})" if where is not None else ""
@@ -106,8 +116,48 @@ def parse_memory(text: str) -> MemoryFile:
     return MemoryFile(name=name, description=description, type=mem_type, body=body, extra=front)
 
 
+def load_frontmatter(text: str) -> Any:
+    """YAML with the dangerous or surprising parts refused before anything is built: anchors,
+    aliases and merge keys (expansion bombs), explicit tags (``!!set``, ``!!binary``, ``!python``:
+    values the manifest cannot hold), and more than the size, depth and node bounds."""
+    size = len(text.encode("utf-8", errors="surrogatepass"))
+    if size > MAX_FRONTMATTER_BYTES:
+        raise MemoryFormatError(f"the frontmatter is {size} bytes; keep it under {MAX_FRONTMATTER_BYTES} "
+                                "(put long text in the body)")
+    depth = nodes = 0
+    for event in yaml.parse(text, Loader=_Loader):
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            raise MemoryFormatError("the frontmatter uses YAML anchors or aliases (& or *); write the values "
+                                    "out in full")
+        if getattr(event, "tag", None):
+            raise MemoryFormatError(f"the frontmatter uses the YAML tag {event.tag!r}; use plain values "
+                                    "(text, numbers, lists)")
+        if isinstance(event, yaml.ScalarEvent) and event.value == "<<" and not event.style:
+            raise MemoryFormatError("the frontmatter uses a YAML merge key (<<); write the keys out in full")
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_FRONTMATTER_DEPTH:
+                raise MemoryFormatError(f"the frontmatter is nested deeper than {MAX_FRONTMATTER_DEPTH} levels")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+        if isinstance(event, yaml.NodeEvent):
+            nodes += 1
+            if nodes > MAX_FRONTMATTER_NODES:
+                raise MemoryFormatError(f"the frontmatter has more than {MAX_FRONTMATTER_NODES} values; keep "
+                                        "it to a few keys")
+    return yaml.load(text, Loader=_Loader)
+
+
+def clean_line(text: str) -> str:
+    """One line of plain text: control and format characters (ESC, bidi overrides, zero-width
+    spaces) removed, whitespace runs folded — what may reach MEMORY.md and the prompt."""
+    kept = "".join(ch if ch in _KEEP_FORMAT or unicodedata.category(ch) not in ("Cc", "Cf", "Cs", "Co")
+                   else " " if ch.isspace() else "" for ch in str(text))
+    return " ".join(kept.split())
+
+
 def _one_line(value: Any, key: str, limit: int) -> str:
-    text = " ".join(str(value).split())
+    text = clean_line(str(value))
     if not text:
         raise MemoryFormatError(f"{key} must not be empty")
     if len(text) > limit:

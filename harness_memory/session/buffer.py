@@ -238,6 +238,11 @@ class SessionBuffer:
         # No migration here: the lock must be released where it was taken.
         return self._run(None, lambda r: r.release(session_id, token), lambda lo: lo.release(session_id, token))
 
+    def renew(self, session_id: str, token: str, ttl_ms: int) -> bool:
+        # Like release: where the lock was taken, never migrated.
+        return self._run(None, lambda r: r.renew(session_id, token, ttl_ms),
+                         lambda lo: lo.renew(session_id, token, ttl_ms))
+
     def holds(self, session_id: str, token: str) -> bool:
         return self._run(None, lambda r: r.holds(session_id, token), lambda lo: lo.holds(session_id, token))
 

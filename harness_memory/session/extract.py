@@ -36,6 +36,7 @@ from ..config import SessionConfig
 from ..errors import ObjectNotFound, PreconditionFailed, StorageError
 from ..layout import session_summary_key
 from ..llm import LLMError, LLMResult
+from ..locks import LEASES
 from ..observe import DISABLED, Telemetry
 from ..storage import ObjectStore
 from .buffer import SessionBuffer
@@ -126,9 +127,13 @@ class Summariser:
         ttl_ms = int(self.cfg.lock_ttl_seconds * 1000)
         if not self.buffer.acquire(session_id, token, ttl_ms):
             return ExtractionResult(ExtractStatus.BUSY, session_id)
+        # The lease: renewed while the model works, so a slow but successful summary is stored
+        # (the same keeper as the place locks). A crashed pod stops renewing; its lock expires.
+        lease = LEASES.add(lambda: self.buffer.renew(session_id, token, ttl_ms), ttl_ms / 3000)
         try:
             return self._locked(session_id, model, token, force, riders)
         finally:
+            LEASES.remove(lease)
             try:
                 self.buffer.release(session_id, token)
             except Exception as exc:  # the TTL frees it
@@ -176,8 +181,8 @@ class Summariser:
         try:
             if not self.buffer.holds(session_id, token):
                 self.telemetry.lease_lost("session")
-                return self._failed(session_id, batch, "the summary lock expired before the summary was "
-                                    "stored (raise session.lock_ttl_seconds)")
+                return self._failed(session_id, batch, "the summary lock was lost before the summary was "
+                                    "stored (this pod stalled past session.lock_ttl_seconds, or Redis lost it)")
             self._write(session_id, stored, previous)
         except PreconditionFailed:
             return self._failed(session_id, batch, "the stored summary changed meanwhile (another writer)")

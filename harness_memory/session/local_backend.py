@@ -146,6 +146,17 @@ class LocalBuffer:
             sess.lock_token = None
             return True
 
+    def renew(self, session_id: str, token: str, ttl_ms: int) -> bool:
+        """Extend the lock's TTL while ``token`` still holds it (the summary lease)."""
+        with self._lock:
+            now = self.clock()
+            sess = self._sessions.get(session_id)
+            if sess is None or sess.lock_token != token or sess.lock_expires_at <= now:
+                return False
+            sess.lock_expires_at = now + ttl_ms / 1000
+            sess.expires_at = max(sess.expires_at, sess.lock_expires_at)
+            return True
+
     def holds(self, session_id: str, token: str) -> bool:
         with self._lock:
             sess = self._sessions.get(session_id)

@@ -110,11 +110,6 @@ class SessionMemoryManager:
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._warned_ids: set[str] = set()
         self.closed = False
-        model_timeout = getattr(model, "timeout", None)
-        if isinstance(model_timeout, int | float) and self.cfg.lock_ttl_seconds < model_timeout + 10:
-            log.warning("session.lock_ttl_seconds (%ss) is shorter than the light model's timeout (%ss) "
-                        "+ 10 s: a slow summary may lose its lock and be discarded",
-                        self.cfg.lock_ttl_seconds, model_timeout)
 
     @classmethod
     def from_services(cls, services: MemoryServices) -> SessionMemoryManager:

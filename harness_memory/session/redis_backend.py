@@ -45,6 +45,7 @@ from typing import Any
 
 import redis
 
+from ..locks import RENEW_SCRIPT as _RENEW
 from ..redis_client import RedisClient, SentinelMaster
 from .records import BufferedMessage, CommitOutcome, PendingBatch, SessionState
 
@@ -122,6 +123,7 @@ class RedisBuffer:
             raise ValueError("redis.wait_replicas needs Sentinel (it asks the sentinels who the master is)")
         self.unreplicated = 0  # collects kept on the current master although replicas did not confirm
         self._release = client.register_script(_RELEASE)
+        self._renew = client.register_script(_RENEW)
         self._commit = client.register_script(_COMMIT)
         self._collect = client.register_script(COLLECT_SCRIPT)
 
@@ -212,6 +214,10 @@ class RedisBuffer:
 
     def release(self, session_id: str, token: str) -> bool:
         return bool(self._release(keys=[self.lock_key(session_id)], args=[token]))
+
+    def renew(self, session_id: str, token: str, ttl_ms: int) -> bool:
+        """Compare-and-PEXPIRE: extend the lock while ``token`` holds it (the summary lease)."""
+        return bool(self._renew(keys=[self.lock_key(session_id)], args=[token, max(1, ttl_ms)]))
 
     def holds(self, session_id: str, token: str) -> bool:
         raw = self.client.get(self.lock_key(session_id))

@@ -280,7 +280,9 @@ class CosStore(ObjectStore):
         else:
             reason = text[:300]
         if isinstance(cause, _NETWORK_ERRORS):
-            return StorageUnavailable(f"cannot reach {self._where} to {action} {key}: {reason}")
+            never_sent = "refused" in low or "not known" in low or "nodename" in low
+            return StorageUnavailable(f"cannot reach {self._where} to {action} {key}: {reason}",
+                                      maybe_applied=not never_sent)
         # No network cause: the SDK refused its input before sending (a settings problem).
         return StorageError(f"COS client could not {action} {key}: {reason}")
 

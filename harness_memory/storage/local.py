@@ -78,6 +78,8 @@ class LocalStore(ObjectStore):
             raise ObjectNotFound(f"no object at {key}") from None
         except IsADirectoryError:
             raise ObjectNotFound(f"no object at {key} (it is a folder)") from None
+        except NotADirectoryError:  # a parent is a file: like COS, the key simply does not exist
+            raise ObjectNotFound(f"no object at {key}") from None
         except PermissionError as exc:
             raise AccessDenied(f"cannot read {key}: {exc.strerror}") from None
         except OSError as exc:

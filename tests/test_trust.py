@@ -1,0 +1,399 @@
+"""Trustworthy writes (issue 12), on the COS backend (SeaweedFS) with real Redis.
+
+Each test reproduces one reported failure: a holder that stalls past its lock and writes over
+the next holder's work; a failed save that replaced the good file; unfair lock waits; saves
+failing while Redis is down. (Hostile files are in ``test_trust_input.py``; the multi-process
+storm with SIGSTOP in ``test_trust_storm.py``.)
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from harness_memory.config import ConfigError, MemoryConfig
+from harness_memory.locks import RedisLocker
+from harness_memory.memdir import MemoryDir
+from harness_memory.services import MemoryServices
+from harness_memory.session import ExtractStatus, SessionMemoryManager
+from harness_memory.storage import make_store
+from harness_memory.tools import MemoryTools
+from tests.fakellm import ScriptedLLM, delay, text
+from tests.faults import MANIFEST_WRITE, FaultyStore, on
+from tests.servers import RedisServer
+
+Pods = Callable[..., tuple[MemoryServices, FaultyStore]]
+#: A short lease so a stall can outlive it; a store timeout that fits inside it (the start-up rule).
+SHORT_LEASE = {"lock_ttl_seconds": 2.0, "lock_wait_seconds": 10.0}
+FAST_STORE = {"cos_timeout": 1.5}
+
+
+def doc(body: str, desc: str = "the build log") -> str:
+    return f"---\nname: build log\ndescription: {desc}\ntype: project\n---\n\n{body}\n"
+
+
+@pytest.fixture
+def pods(make_config: Callable[..., MemoryConfig]) -> Iterator[Pods]:
+    """Factory of "pods": services on one bucket and one Redis, each with its own FaultyStore."""
+    made: list[MemoryServices] = []
+
+    def make(**sections: dict[str, object]) -> tuple[MemoryServices, FaultyStore]:
+        cfg = make_config("cos", redis=True, limits=SHORT_LEASE, store=FAST_STORE | sections.pop("store", {}),
+                          **sections)
+        store = FaultyStore(make_store(cfg.store))
+        services = MemoryServices.from_config(cfg, store=store)
+        made.append(services)
+        return services, store
+
+    yield make
+    for services in made:
+        services.close()
+
+
+def frozen(services: MemoryServices) -> MemoryServices:
+    """This pod's leases are not renewed: as if the whole process were paused (GC, VM, SIGSTOP)."""
+    assert isinstance(services.locker, RedisLocker)
+    services.locker.renew_every = 0
+    return services
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.01)
+
+
+def in_thread(fn: Callable[[], str]) -> tuple[threading.Thread, dict[str, str]]:
+    out: dict[str, str] = {}
+    thread = threading.Thread(target=lambda: out.update(result=fn()))
+    thread.start()
+    return thread, out
+
+
+# -- 1. lost updates past the lock TTL ----------------------------------------------------------
+@pytest.mark.parametrize("conditional", ["on", "off"])
+def test_holder_stalled_after_its_read_loses_the_lease_not_the_next_writers_update(
+        pods: Pods, conditional: str) -> None:
+    """Issue: a replacer paused after its read wrote back over the next holder's replace.
+    ``off`` is real COS (no If-Match): the lease check alone must stop it."""
+    a, a_store = pods(store={"cos_conditional_put": conditional})
+    b, _ = pods(store={"cos_conditional_put": conditional})
+    frozen(a)
+    a_dir, b_dir = a.user_agent_dir("u"), b.user_agent_dir("u")
+    b_dir.save("log.md", doc("status: start"))
+    a_store.stall(on("get", "/log.md"), 3.5, times=1)  # A reads under the lock, then stalls past its lease
+    thread, a_out = in_thread(lambda: MemoryTools(a_dir).replace_file_chunk("log.md", "start", "start by A"))
+    wait_for(lambda: ("get", a_dir.place.key("log.md")) in a_store.calls.log)
+    b_said = MemoryTools(b_dir).replace_file_chunk("log.md", "start", "start by B")  # waits for A's lease
+    thread.join(20)
+    assert b_said.startswith("Updated memory log.md")
+    assert a_out["result"].startswith("Error:") and "expired" in a_out["result"], a_out
+    assert "Nothing was changed" in a_out["result"]
+    text = b_dir.read("log.md").text
+    assert "start by B" in text and "start by A" not in text
+
+
+def test_a_put_sent_after_the_lease_ran_out_is_refused_by_the_conditional_write(pods: Pods) -> None:
+    """The lease was checked, then the PUT stalled on its way (a store answer taking 10 s x 2):
+    If-Match on the version read refuses it once the next holder has written."""
+    a, a_store = pods()
+    b, _ = pods()
+    frozen(a)
+    a_dir, b_dir = a.user_agent_dir("u"), b.user_agent_dir("u")
+    b_dir.save("log.md", doc("status: start"))
+    a_store.stall(on("put_if_match", "/log.md"), 3.5, times=1)
+    thread, a_out = in_thread(lambda: MemoryTools(a_dir).replace_file_chunk("log.md", "start", "start by A"))
+    wait_for(lambda: ("put_if_match", a_dir.place.key("log.md")) in a_store.calls.log)
+    assert MemoryTools(b_dir).replace_file_chunk("log.md", "start", "start by B").startswith("Updated")
+    thread.join(20)
+    assert a_out["result"].startswith("Error:") and "changed since it was read" in a_out["result"], a_out
+    assert "start by B" in b_dir.read("log.md").text and "start by A" not in b_dir.read("log.md").text
+    assert "start by B" not in b_dir.manifest().entries["log.md"].description  # index still consistent
+    assert b_dir.manifest().entries["log.md"].size == len(b_dir.read("log.md").text.encode())
+
+
+def test_expected_version_saves_share_the_guard(pods: Pods) -> None:
+    """``save(expect=etag)`` (the HTTP If-Match PUT) from a stalled holder cannot win either."""
+    a, a_store = pods()
+    b, _ = pods()
+    frozen(a)
+    a_dir, b_dir = a.user_agent_dir("u"), b.user_agent_dir("u")
+    etag = b_dir.save("log.md", doc("v1")) and b_dir.read("log.md").etag
+    a_store.stall(on("get", "/log.md"), 3.5, times=1)
+    errors: list[BaseException] = []
+
+    def a_save() -> None:
+        try:
+            a_dir.save("log.md", doc("v2 by A"), expect=etag)
+        except Exception as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=a_save)
+    thread.start()
+    wait_for(lambda: ("get", a_dir.place.key("log.md")) in a_store.calls.log)
+    b_dir.save("log.md", doc("v2 by B"), expect=etag)
+    thread.join(20)
+    # Refused either way: by the expectation (it read B's version after the stall) or the lease.
+    assert errors and type(errors[0]).__name__ in ("LeaseLost", "PreconditionFailed"), errors
+    assert "v2 by B" in b_dir.read("log.md").text
+
+
+def test_a_renewed_lease_outlives_a_slow_store(pods: Pods) -> None:
+    """Not frozen: the lease is renewed while a slow store answers, so the slow save succeeds and
+    the other writer waits for it instead of taking over."""
+    a, a_store = pods()
+    b, _ = pods()
+    a_dir, b_dir = a.user_agent_dir("u"), b.user_agent_dir("u")
+    b_dir.save("log.md", doc("status: start"))
+    a_store.stall(on("get", "/log.md"), 3.0, times=1)  # longer than the 2 s lease
+    thread, a_out = in_thread(lambda: MemoryTools(a_dir).replace_file_chunk("log.md", "start", "start by A"))
+    wait_for(lambda: ("get", a_dir.place.key("log.md")) in a_store.calls.log)
+    b_said = MemoryTools(b_dir).replace_file_chunk("log.md", "start by A", "start by A, then B")
+    thread.join(20)
+    assert a_out["result"].startswith("Updated"), a_out
+    assert b_said.startswith("Updated") and "start by A, then B" in b_dir.read("log.md").text
+
+
+# -- 2. failed means unchanged -------------------------------------------------------------------
+def _die_after_file_write(store: FaultyStore, file: str) -> None:
+    """The store goes away right after the file's PUT: the manifest write, the rollback and the
+    check all fail."""
+    armed = {"on": False}
+
+    def match(op: str, key: str) -> bool:
+        if armed["on"]:
+            return True
+        if op.startswith("put") and key.endswith("/" + file):
+            armed["on"] = True
+        return False
+
+    store.fail(match)
+
+
+@pytest.mark.parametrize("repair", ["next save", "reindex"])
+def test_store_dying_between_file_and_index_never_says_nothing_was_saved(pods: Pods, repair: str) -> None:
+    svc, store = pods()
+    tools, mdir = svc.memory_tools("u"), svc.user_agent_dir("u")
+    assert tools.save_file("keep.md", doc("the good text", "good")).startswith("Created")
+    _die_after_file_write(store, "keep.md")
+    said = tools.save_file("keep.md", doc("the new text", "new"))
+    assert "Nothing was saved" not in said and "may or may not have taken effect" in said, said
+    store.clear()
+    assert mdir.manifest().entries["keep.md"].description == "good"  # the index never changed
+    if repair == "next save":
+        assert tools.save_file("other.md", doc("other")).startswith("Created")
+    else:
+        mdir.reindex()
+    assert "the good text" in mdir.read("keep.md").text  # the unconfirmed write was undone
+    assert mdir.manifest().entries["keep.md"].description == "good"
+
+
+def test_store_dying_after_a_new_file_leaves_no_orphan_for_reindex(pods: Pods) -> None:
+    svc, store = pods()
+    mdir = svc.user_agent_dir("u")
+    mdir.save("old.md", doc("old"))
+    _die_after_file_write(store, "new.md")
+    assert "may or may not" in svc.memory_tools("u").save_file("new.md", doc("new"))
+    store.clear()
+    manifest = mdir.reindex()  # used to adopt new.md as if it had been saved
+    assert sorted(manifest.entries) == ["old.md"] and not store.exists(mdir.place.key("new.md"))
+
+
+def test_an_index_write_that_landed_but_lost_its_answer_is_reported_done(pods: Pods) -> None:
+    svc, store = pods()
+    mdir = svc.user_agent_dir("u")
+    store.fail_after(MANIFEST_WRITE, times=1)
+    said = svc.memory_tools("u").save_file("a.md", doc("kept"))
+    assert said.startswith("Created"), said
+    assert "kept" in mdir.read("a.md").text and "a.md" in mdir.manifest().entries
+
+
+def test_a_file_write_that_timed_out_after_sending_is_reported_unknown(pods: Pods) -> None:
+    """A PUT that timed out may still be applied by a stalled store later: even after a rollback
+    that looked complete, the save is not reported as "nothing saved"."""
+    svc, store = pods()
+    mdir = svc.user_agent_dir("u")
+    mdir.save("a.md", doc("before"))
+    store.fail_after(on("put_if_match", "/a.md"), times=1)  # landed, but the answer was lost
+    said = svc.memory_tools("u").save_file("a.md", doc("after"))
+    assert "may or may not have taken effect" in said and "Nothing was saved" not in said, said
+    assert "before" in mdir.read("a.md").text  # what could be checked was put back
+    assert store.exists(mdir.intent_key)  # and the record stays for the next writer to check again
+    assert svc.memory_tools("u").save_file("b.md", doc("b")).startswith("Created")
+    assert "before" in mdir.read("a.md").text and mdir.manifest().entries["a.md"].description == "the build log"
+
+
+def test_a_failed_index_write_puts_the_file_back(pods: Pods) -> None:
+    """The manifest write fails but the store still answers: the file is put back, nothing changed."""
+    svc, store = pods()
+    mdir = svc.user_agent_dir("u")
+    mdir.save("a.md", doc("before"))
+    store.fail(MANIFEST_WRITE)
+    said = svc.memory_tools("u").save_file("a.md", doc("after"))
+    assert said.startswith("Error:") and "Nothing was saved" in said
+    store.clear()
+    assert "before" in mdir.read("a.md").text
+
+
+def test_lease_must_cover_a_store_write_with_retries(make_config: Callable[..., MemoryConfig]) -> None:
+    cfg = make_config("cos", limits={"lock_ttl_seconds": 15.0}, store={"cos_timeout": 10.0, "cos_retries": 1})
+    with pytest.raises(ConfigError, match="HARNESS_MEMORY_LOCK_TTL_SECONDS") as info:
+        MemoryServices.from_config(cfg)
+    assert "cos_timeout 10 s x (cos_retries 1 + 1) = 20 s" in str(info.value)
+    assert MemoryConfig.load(env={}).limits.lock_ttl_seconds > 10.0 * 2  # the defaults fit
+
+
+# -- 3. fair, bounded waiting ------------------------------------------------------------------
+@pytest.fixture
+def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_server.url, socket_timeout=2.0)
+    yield client
+    client.close()
+
+
+def test_waiters_are_served_in_arrival_order(redis_client: redis.Redis) -> None:
+    locker = RedisLocker(redis_client, prefix="t-fair:", ttl=5, wait=10)
+    queue_key = locker.keys("p")[1]
+    order: list[int] = []
+    release = threading.Event()
+
+    def first() -> None:
+        with locker.hold("p"):
+            release.wait(10)
+
+    def waiter(i: int) -> None:
+        with locker.hold("p"):
+            order.append(i)
+
+    holder = threading.Thread(target=first)
+    holder.start()
+    wait_for(lambda: redis_client.exists(locker.keys("p")[0]) == 1)
+    threads = []
+    for i in range(6):  # each joins the queue before the next starts
+        threads.append(threading.Thread(target=waiter, args=(i,)))
+        threads[-1].start()
+        wait_for(lambda n=i + 1: redis_client.zcard(queue_key) == n)
+    release.set()
+    for t in [holder, *threads]:
+        t.join(10)
+    assert order == list(range(6))
+    assert redis_client.zcard(queue_key) == 0
+
+
+def test_a_waiter_that_vanished_does_not_block_the_queue(redis_client: redis.Redis) -> None:
+    locker = RedisLocker(redis_client, prefix="t-stale:", ttl=5, wait=10, stale=0.3)
+    lock, queue, seen, _ = locker.keys("p")
+    redis_client.zadd(queue, {"crashed-waiter": 0})  # first in line, never polls again
+    redis_client.zadd(seen, {"crashed-waiter": 0})
+    with locker.hold("p") as lease:
+        assert lease.fence > 0 and redis_client.get(lock) is not None
+    assert redis_client.zscore(queue, "crashed-waiter") is None
+
+
+def test_a_waiter_that_gives_up_leaves_the_queue(redis_client: redis.Redis) -> None:
+    from harness_memory.errors import LockTimeout
+
+    locker = RedisLocker(redis_client, prefix="t-leave:", ttl=5, wait=0.2)
+    other = RedisLocker(redis_client, prefix="t-leave:", ttl=5, wait=5)
+    with other.hold("p"), pytest.raises(LockTimeout), locker.hold("p"):
+        pass
+    assert redis_client.zcard(locker.keys("p")[1]) == 0
+    with locker.hold("p"):  # and the lock is free for the next one
+        pass
+
+
+def test_place_lock_keys_share_one_cluster_slot(redis_client: redis.Redis) -> None:
+    from redis.crc import key_slot
+
+    keys = RedisLocker(redis_client, prefix="hm:").keys("place:users/7/agent-memory/default")
+    assert len({key_slot(k.encode()) for k in keys}) == 1
+
+
+# -- 4. Redis outage = no failed saves ------------------------------------------------------------
+def test_redis_outage_during_concurrent_saves_fails_none(make_config: Callable[..., MemoryConfig],
+                                                       tmp_path: Path) -> None:
+    """Two pods (own in-process fallback locks) save into one place while their Redis is killed
+    and brought back: the commit is retried within the lock-wait budget, so no save fails."""
+    server = RedisServer(base_dir=tmp_path / "redis").start()
+    try:
+        cfg = make_config("cos", redis=False, limits={"lock_wait_seconds": 10.0})
+        cfg = cfg.model_copy(update={"redis": cfg.redis.model_copy(update={
+            "url": server.url, "socket_timeout": 0.5, "retry_after_seconds": 0.5})})
+        pods = [MemoryServices.from_config(cfg) for _ in range(2)]
+        results: list[str] = []
+        stop = threading.Event()
+
+        def writer(pod: int, thread: int) -> None:
+            tools = pods[pod].memory_tools("outage")
+            i = 0
+            while not stop.is_set():
+                results.append(tools.save_file(f"p{pod}t{thread}_{i:03d}.md", doc(f"pod {pod} thread {thread} #{i}")))
+                i += 1
+
+        threads = [threading.Thread(target=writer, args=(p, t)) for p in range(2) for t in range(3)]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)
+        server.kill()
+        time.sleep(1.5)
+        server.restart()
+        time.sleep(1.0)
+        stop.set()
+        for t in threads:
+            t.join(30)
+        failed = [r for r in results if not r.startswith("Created")]
+        assert failed == [] and len(results) > 20, failed[:3]
+        manifest = pods[0].user_agent_dir("outage").manifest()
+        assert len(manifest.entries) == len(results)  # every reported save is in the index
+        for pod in pods:
+            pod.close()
+    finally:
+        server.stop()
+
+
+def test_memdir_without_services_still_takes_a_local_lease(cos_store: object) -> None:
+    from harness_memory.layout import Place
+
+    mdir = MemoryDir(cos_store, Place.user_agent("solo", "default", "memory/"))  # type: ignore[arg-type]
+    mdir.save("a.md", doc("solo"))
+    assert mdir.manifest().txn  # the commit point of its intent record
+
+
+# -- issue 15 item 2: the summary lease -------------------------------------------------------
+def test_a_summary_slower_than_the_session_lock_ttl_is_stored(make_config: Callable[..., MemoryConfig],
+                                                              llm_server: ScriptedLLM) -> None:
+    """Issue 15: a 223 s summary was thrown away ("the summary lock expired") against a 120 s
+    lock. Here the lock lasts 1 s and the model answers after 2.5 s: the lease is renewed while
+    the model works, another pod meanwhile finds it busy, and the summary is stored."""
+    session = {"first_threshold_tokens": 100, "update_threshold_tokens": 50, "keep_messages": 2,
+               "failure_backoff_seconds": 600}
+    model = {"model": "fake-model", "base_url": llm_server.base_url, "api_key": "k"}
+    cfg = make_config("cos", redis=True, model=model, session=session)
+    pods = [MemoryServices.from_config(cfg) for _ in range(2)]
+    try:
+        first, second = (SessionMemoryManager.from_services(p) for p in pods)
+        first.summariser.cfg = first.summariser.cfg.model_copy(update={"lock_ttl_seconds": 1})  # below the minimum
+        for i in range(3):
+            first.collect_messages_sync("slow", [{"role": "user", "content": f"turn {i}: " + "read build.log " * 8},
+                                                 {"role": "assistant", "content": "the log says ok " * 8}])
+        answer = ("# Slow summary\n\n## Current State\n- reading the log\n\n## Task\n- fix the build\n\n"
+                  "## Key Results\n- exit code 0\n\n## Worklog\n- read build.log\n")
+        llm_server.set_handler(lambda req: delay(2.5, text(answer)))
+        thread, out = in_thread(lambda: first.maybe_extract_sync("slow").status.value)
+        wait_for(lambda: len(llm_server.chat_requests) == 1)
+        time.sleep(1.5)  # past the 1 s TTL: without renewal the lock would be gone by now
+        assert second.maybe_extract_sync("slow", force=True).status is ExtractStatus.BUSY
+        thread.join(20)
+        assert out["result"] == "extracted"
+        assert "# Slow summary" in (second.get_summary_sync("slow") or "")
+        assert len(llm_server.chat_requests) == 1
+        assert first.buffer.lock_ttl_ms("slow") is None  # released afterwards
+    finally:
+        for p in pods:
+            p.close()

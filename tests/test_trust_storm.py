@@ -1,0 +1,27 @@
+"""The trust storm, short (issue 12 acceptance): 8 processes on COS + Redis, the lock holder
+SIGSTOPped past its lease, the store paused past ``cos_timeout x attempts``. The long run and
+its numbers are ``bench/bench_trust.py``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from harness_memory.config import MemoryConfig
+from tests.servers import SeaweedFS
+from tests.trust_storm import run
+
+#: Short lease and store timeout so a few seconds hold several stalls (they fit the start-up rule).
+LIMITS = {"lock_ttl_seconds": 1.5, "lock_wait_seconds": 20.0}
+STORE = {"cos_timeout": 1.0, "cos_retries": 0}
+
+
+def test_storm_with_stopped_holders_and_a_paused_store(make_config: Callable[..., MemoryConfig],
+                                                       seaweedfs: SeaweedFS, tmp_path: Path) -> None:
+    cfg = make_config("cos", redis=True, limits=LIMITS, store=STORE)
+    report = run(cfg, tmp_path, workers=8, seconds=7.0, store_pid=seaweedfs.pid)
+    assert report.holder_stops >= 1 and report.store_pauses == 1  # the faults did happen
+    assert report.count("done") > 20
+    assert report.lost == [], f"reported done but lost: {report.lost[:5]}"
+    assert report.leaked == [], f"reported failed but changed: {report.leaked[:5]}"
+    assert report.index_mismatch == []
