@@ -261,8 +261,14 @@ class RecallConfig(_Section):
         8.0, gt=0, description="Seconds the light model may take to pick files; then lexical ranking answers."
     )
     max_candidates: int = Field(
-        200, ge=5, description="Most memory lines shown to the light model (a lexical pre-filter picks them)."
+        30, ge=5, description="Most memory lines shown to the light model (the best-ranked first)."
     )
+    body_search: bool = Field(
+        True, description="Rank by each place's search index (name, description and whole body); false: "
+        "by the manifest lines only.")
+    confident_margin: float | None = Field(
+        0.3, ge=0, description="Skip the light model when the ranking is confident: at most `max_files` "
+        "matches, or the best leads the next by this share of its score. Empty: always ask.")
     stale_after_days: float = Field(
         1.0, ge=0, description="Recalled memories older than this get a 'verify before relying on it' note."
     )

@@ -24,7 +24,9 @@ ID_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._@-]{0,127}$")
 INDEX_FILE = "MEMORY.md"
 MANIFEST_FILE = ".manifest.json"
 SNAPSHOT_SYNC_FILE = ".snapshot-synced.json"
-RESERVED_FILES = frozenset({INDEX_FILE, MANIFEST_FILE, SNAPSHOT_SYNC_FILE})
+#: Terms of every memory of a place (harness_memory/search); written with the manifest.
+SEARCH_INDEX_FILE = ".search-index.bin"
+RESERVED_FILES = frozenset({INDEX_FILE, MANIFEST_FILE, SNAPSHOT_SYNC_FILE, SEARCH_INDEX_FILE})
 MAX_FILENAME_BYTES = 255
 MAX_FILE_DEPTH = 4
 _PCT_RE = re.compile(r"%[0-9A-Fa-f]{2}")

@@ -223,10 +223,14 @@ class MemoryDir:
             return sum(1 for k in keys if k.endswith(".md") and not k.endswith("/" + INDEX_FILE))
 
     def reindex(self) -> Manifest:
-        """Rebuild the manifest and MEMORY.md from the files themselves (LIST; on demand only)."""
+        """Rebuild the manifest, MEMORY.md and the search index from the files themselves (LIST; on
+        demand only)."""
+        from ..search.place import rebuild as rebuild_search
+
         with self.transaction() as txn:
             old = txn.manifest
             fresh: dict[str, ManifestEntry] = {}
+            memories: dict[str, MemoryFile] = {}
             for info in self.store.list(self.place.prefix):
                 rel = self.place.filename_of(info.key)
                 try:
@@ -238,11 +242,14 @@ class MemoryDir:
                         log.warning("reindex %s: skipping %s (%s)", self.place.label, rel, exc)
                     continue
                 prior = old.entries.get(rel)
+                memories[rel] = memory
                 fresh[rel] = ManifestEntry.from_memory(
                     rel, memory, len(obj.data), created_at=prior.created_at if prior else info.last_modified,
                     now=info.last_modified)
             txn.mutate(lambda m: (m.entries.clear(), m.entries.update(fresh)))
-        return _committed(txn).manifest
+            manifest = txn.commit().manifest
+            rebuild_search(self, manifest, memories)  # still under the place lock
+        return manifest
 
     # -- internals ------------------------------------------------------------------------
     def commit_manifest(self, mutate: Callable[[Manifest], object],

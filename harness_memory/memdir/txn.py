@@ -197,6 +197,8 @@ class PlaceTxn:
             self._rollback(written)
             raise
         out = TxnResult(saved=results, manifest=manifest)
+        from ..search.place import after_commit  # SEARCH INDEX: the one call; in step with the manifest, never raises
+        after_commit(d, manifest, {w.file: w.memory for w in writes}, self._deletes, self._clear_entries)
         self._finish(out)
         self.committed = out
         return out
