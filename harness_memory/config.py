@@ -278,6 +278,9 @@ class RecallConfig(_Section):
     per_run: bool = Field(
         False, description="Also recall on every run through an agno pre-hook (for Agents reused across runs)."
     )
+    search_tool: bool = Field(
+        True, description="Give the agent `search_memories` (words in whole memories, own and shared) beside "
+        "the five file tools.")
 
 
 class ServerConfig(_Section):

@@ -75,6 +75,8 @@ WHEN_ACCESS_SECTION = """## When to access memories
   may be relevant (the user's preferences, earlier decisions, earlier corrections), open it with
   `read_file(file_name)` — long files can be read in parts with `offset` and `limit`.
 - Use `list_files()` when the index was cut or you need to see every file with its type.
+- Use `search_memories(query)` to find memories by words anywhere in their text (bodies included)
+  when the descriptions in MEMORY.md do not show where something is.
 - Memories can be outdated. If a memory conflicts with what the user says now, trust the user and
   update or delete the memory.
 - Names starting with `shared/` are shared memories of this agent type, the same for every user."""

@@ -207,7 +207,7 @@ class MemoryServices:
                 return tools
         tools = MemoryTools(self.user_agent_dir(user_id, agent_type), self.shared_agent_dir(agent_type),
                             shared_writable=self.config.agent.shared_write, executor=self.work,
-                            telemetry=self.telemetry)
+                            telemetry=self.telemetry, search=self.config.recall.search_tool)
         with self._lock:
             self._tools[key] = tools
             while len(self._tools) > TOOLS_CACHE_SIZE:
