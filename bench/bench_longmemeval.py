@@ -170,7 +170,7 @@ def _services(extra: dict[str, Any] | None = None) -> MemoryServices:
 def _ranked(services: MemoryServices, own: MemoryDir, query: str, mode: str) -> list[str]:
     manifest = own.manifest()
     if mode == "lines only":
-        return find_relevant_memories(query, manifest, max_files=5) + []  # the old ranking (top 5 at most)
+        return find_relevant_memories(query, manifest, max_files=5)  # the old ranking (top 5 at most)
     ranker = PlaceRanker(places_for(own, manifest, None, None), _semantic(services) if mode == "hybrid" else None)
     return [s.file for s in ranker(query, max(KS))]
 

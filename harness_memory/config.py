@@ -283,6 +283,16 @@ class RecallConfig(_Section):
         "the five file tools.")
 
 
+class EmbedConfig(_Section):
+    """The optional semantic tier of recall: any OpenAI-compatible `/v1/embeddings` endpoint."""
+
+    model: str | None = Field(None, description="Embeddings model id; unset: no semantic tier, no call made.")
+    base_url: str | None = Field(None, description="Embeddings base URL (default: the model's `base_url`).")
+    api_key: SecretStr | None = Field(None, description="Embeddings API key (default: the model's `api_key`).")
+    timeout: float = Field(5.0, gt=0, description="Seconds per embeddings request (a query's waits on it).")
+    batch_size: int = Field(64, ge=1, description="Texts per embeddings request when memories are embedded.")
+
+
 class ServerConfig(_Section):
     """The HTTP control plane."""
 
@@ -325,6 +335,7 @@ _SECTIONS: dict[str, str] = {
     "session": "SESSION_",
     "auto": "AUTO_",
     "recall": "RECALL_",
+    "embed": "EMBED_",
     "server": "SERVER_",
     "observe": "OBSERVE_",
 }
@@ -341,6 +352,7 @@ class MemoryConfig(_Section):
     session: SessionConfig = Field(default_factory=SessionConfig)
     auto: AutoMemoryConfig = Field(default_factory=AutoMemoryConfig)
     recall: RecallConfig = Field(default_factory=RecallConfig)
+    embed: EmbedConfig = Field(default_factory=EmbedConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
     observe: ObserveConfig = Field(default_factory=ObserveConfig)
 

@@ -240,3 +240,69 @@ def test_latency_tracker_probes_after_an_interval() -> None:
     for _ in range(20):
         slow.record("m", "recall", 0.1)  # it got faster: the average follows
     assert slow.can_meet("m", "recall", 1.0)
+
+
+# -- the semantic tier ----------------------------------------------------------------------------------
+CONCEPTS = [{"car", "corolla", "vehicle", "drive", "garage"}, {"zebrafish", "aquarium", "pet", "fish"},
+            {"deploy", "staging", "canary", "release"}, {"python", "ruff", "style", "hint"}]
+
+
+def concept_vector(text: str) -> list[float]:
+    """A scripted embedding: one dimension per concept (words of one meaning land together)."""
+    words = {w.strip(".,?!:;*\"'").lower() for w in text.split()}
+    return [float(len(words & c)) + 0.01 for c in CONCEPTS]
+
+
+def embed_config(llm: ScriptedLLM, **recall: Any) -> dict[str, Any]:
+    return {"embed": {"model": "fake-embed", "base_url": llm.base_url, "api_key": "k"},
+            "recall": {"use_model": False, **recall}}
+
+
+def test_semantic_tier_embeds_in_the_background_and_fuses(services: Callable[..., MemoryServices],
+                                                         llm_server: ScriptedLLM) -> None:
+    llm_server.set_embedder(concept_vector)
+    svc = services("cos", **embed_config(llm_server))
+    tier = svc.semantic()
+    assert tier is not None
+    own = svc.user_agent_dir("u1")
+    own.save_many([*NOTES.items(), ("car.md", memory("Car", "The user's Corolla", "Bought in 2019, grey."))])
+    tier.wait_idle()  # the save returned before the embeddings were made
+    (embedded,) = [r for r in llm_server.embedding_requests]
+    assert embedded.body["model"] == "fake-embed" and len(embedded.body["input"]) == 5
+    stored = svc.store.get(own.place.reserved_key(".search-vectors.bin")).data
+    from harness_memory.recall.semantic import Vectors
+
+    vectors = Vectors.from_bytes(stored)
+    assert set(vectors.files) == {*NOTES, "car.md"} and vectors.matrix.shape == (5, len(CONCEPTS))
+    # no shared word with "car.md": found by meaning only
+    result = recall(svc, "u1", "default", "when did I get my vehicle?")
+    assert result.files[:1] == ("car.md",)
+    assert llm_server.embedding_requests[-1].body["input"] == ["when did I get my vehicle?"]
+    lexical_only = services("cos", recall={"use_model": False})
+    assert "car.md" not in recall(lexical_only, "u1", "default", "when did I get my vehicle?").files
+
+    own.save("new.md", memory("Garage", "Where to park", "Level -2, spot 14."))
+    tier.wait_idle()
+    assert len(llm_server.embedding_requests[-1].body["input"]) == 1  # only what changed is embedded
+
+
+def test_missing_vectors_are_filled_lazily_and_no_call_without_config(
+        services: Callable[..., MemoryServices], llm_server: ScriptedLLM) -> None:
+    plain = services("local", recall={"use_model": False})
+    assert plain.semantic() is None
+    plain.user_agent_dir("u1").save_many(list(NOTES.items()))
+    recall(plain, "u1", "default", "zebrafish")
+    assert llm_server.requests == []  # unconfigured: not a single request to any endpoint
+
+    llm_server.set_embedder(concept_vector)
+    svc = services("local", **embed_config(llm_server))
+    tier = svc.semantic()
+    assert tier is not None
+    own = svc.user_agent_dir("u1")
+    assert own.manifest().entries and svc.store.get_or_none(own.place.reserved_key(".search-vectors.bin")) is None
+    # memories written before the tier existed: the first query ranks by words and schedules the fill
+    assert recall(svc, "u1", "default", "my zebrafish").files[:1] == ("hobby.md",)
+    tier.wait_idle()
+    assert svc.store.get_or_none(own.place.reserved_key(".search-vectors.bin")) is not None
+    llm_server.set_embedder(None)  # the endpoint goes away: recall keeps the lexical answer
+    assert recall(svc, "u1", "default", "zebrafish at home").files[:1] == ("hobby.md",)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -69,6 +69,19 @@ def _put_cached(memdir: MemoryDir, index: SearchIndex, version: float) -> None:
         _cache.move_to_end(_key(memdir))
         while len(_cache) > CACHE_PLACES:
             _cache.popitem(last=False)
+
+
+_listeners: dict[int, Callable[[MemoryDir], None]] = {}
+
+
+def on_commit(store: object, listener: Callable[[MemoryDir], None] | None) -> None:
+    """Tell ``listener`` about every commit that changed memory files of a place in ``store``
+    (the semantic tier embeds them in the background); None removes it."""
+    with _lock:
+        if listener is None:
+            _listeners.pop(id(store), None)
+        else:
+            _listeners[id(store)] = listener
 
 
 def clear_cache() -> None:
@@ -230,6 +243,12 @@ def after_commit(memdir: MemoryDir, manifest: Manifest, written: Mapping[str, Me
     except (HarnessMemoryError, OSError, ValueError) as exc:
         log.warning("search index of %s not updated (%s); recall searches the changed memories by their "
                     "index line until the next write or reindex", memdir.place.label, exc)
+    listener = _listeners.get(id(memdir.store))
+    if listener is not None:
+        try:
+            listener(memdir)  # schedules work in the background; never waits for it
+        except Exception as exc:
+            log.warning("after-commit listener failed for %s (%s)", memdir.place.label, exc)
 
 
 def rebuild(memdir: MemoryDir, manifest: Manifest, memories: Mapping[str, MemoryFile]) -> SearchIndex:
@@ -241,5 +260,15 @@ def rebuild(memdir: MemoryDir, manifest: Manifest, memories: Mapping[str, Memory
     return index
 
 
-__all__ = ["LAZY_FILL", "after_commit", "clear_cache", "covers", "index_key", "load", "parts", "rebuild",
-           "snippets"]
+__all__ = [
+    "LAZY_FILL",
+    "after_commit",
+    "clear_cache",
+    "covers",
+    "index_key",
+    "load",
+    "on_commit",
+    "parts",
+    "rebuild",
+    "snippets",
+]
