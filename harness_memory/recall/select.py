@@ -199,9 +199,11 @@ def find_relevant_memories(
     """
     max_files = max(1, min(int(max_files), MAX_FILES))
     surfaced = frozenset(already_surfaced)
-    entries = manifest.sorted_entries()
-    if not query or not query.strip() or all(e.file in surfaced for e in entries):
+    known = manifest.entries
+    candidates = len(known) - sum(1 for f in surfaced if f in known)
+    if not query or not query.strip() or candidates <= 0:
         return []
+    entries = manifest.sorted_entries() if ranker is None or model is not None else []
 
     def rank(k: int) -> list[ScoredFile]:
         if ranker is not None:
@@ -212,7 +214,6 @@ def find_relevant_memories(
         if on_path is not None:
             on_path(path)
 
-    candidates = sum(1 for e in entries if e.file not in surfaced)
     if model is None or candidates <= model_above:
         tell("lexical")
         return [s.file for s in rank(max_files)]

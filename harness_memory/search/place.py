@@ -21,7 +21,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -89,6 +89,7 @@ def clear_cache() -> None:
     with _lock:
         _cache.clear()
         _fallback.clear()
+        _views.clear()
 
 
 def index_key(memdir: MemoryDir) -> str:
@@ -155,20 +156,54 @@ def parts(memdir: MemoryDir, manifest: Manifest, prefix: str = "", exclude: froz
     """The search parts for one place: its index's current documents, plus its other entries
     searched by their manifest line. ``exclude`` (names with ``prefix``) are left out."""
     index = load(memdir, manifest)
+    current, extra = _view(index, manifest)
+    post = index.postings()
+    out = [Part(post, current, prefix), *([Part(extra, np.ones(len(extra.files), dtype=bool), prefix)]
+                                          if extra is not None else [])]
+    if exclude:
+        plen = len(prefix)
+        names = [f[plen:] for f in exclude if f.startswith(prefix)]
+        out = [Part(p.postings, _without(p.valid, p.postings.position, names), prefix) for p in out]
+    return out
+
+
+def _without(valid: np.ndarray, position: Mapping[str, int], names: list[str]) -> np.ndarray:
+    hits = [position[n] for n in names if n in position]
+    if not hits:
+        return valid
+    valid = valid.copy()
+    valid[hits] = False
+    return valid
+
+
+_views: OrderedDict[tuple[int, float, int], tuple[SearchIndex, np.ndarray, object]] = OrderedDict()
+
+
+def _view(index: SearchIndex, manifest: Manifest) -> tuple[np.ndarray, Any]:
+    """Which of ``index``'s documents are current for ``manifest`` (a mask), and postings of the
+    entries it lacks (their manifest lines) or None. Cached per (index, manifest version): the
+    warm path of a query must not walk 1,000 entries."""
+    key = (id(index), manifest.updated_at, len(manifest.entries))
+    with _lock:
+        hit = _views.get(key)
+    if hit is not None and hit[0] is index:
+        return hit[1], hit[2]
     post = index.postings()
     valid = np.zeros(len(post.files), dtype=bool)
     missing = []
+    docs = index.docs
     for file, entry in manifest.entries.items():
         i = post.position.get(file)
-        if i is not None and index.docs[file].stamp == stamp_of(entry):
-            valid[i] = (prefix + file) not in exclude
-        elif (prefix + file) not in exclude:
+        if i is not None and docs[file].stamp == (int(entry.size), float(entry.updated_at)):
+            valid[i] = True
+        else:
             missing.append(entry)
-    out = [Part(post, valid, prefix)]
-    if missing:
-        extra = SearchIndex({d.file: d for d in map(_fallback_doc, missing)}).postings()
-        out.append(Part(extra, np.ones(len(extra.files), dtype=bool), prefix))
-    return out
+    extra = SearchIndex({d.file: d for d in map(_fallback_doc, missing)}).postings() if missing else None
+    with _lock:
+        _views[key] = (index, valid, extra)
+        while len(_views) > CACHE_PLACES:
+            _views.popitem(last=False)
+    return valid, extra
 
 
 def snippets(memdir: MemoryDir, manifest: Manifest) -> dict[str, str]:
