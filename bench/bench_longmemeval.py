@@ -259,7 +259,9 @@ def run(quick: bool = False, argv: list[str] | None = None) -> str:
     path = os.environ.get(ENV)
     if not path or not Path(path).is_file():
         return ("### Recall on LongMemEval\n\n**Skipped** (not a pass): set `$HARNESS_MEMORY_LONGMEMEVAL` to a "
-                "LongMemEval JSON file (e.g. `longmemeval_s.json`) to run it.")
+                "LongMemEval JSON file (e.g. `longmemeval_s.json`) to run it.\n\n"
+                + table(["granularity", "ranking", "questions", "recall@1", "recall@5", "recall@10"],
+                        [["—", "skipped: no dataset", 0, "—", "—", "—"]]))
     haystacks = load(path, 2 if quick else None)
     n_q = sum(len(h.questions) for h in haystacks)
     t0 = time.monotonic()
