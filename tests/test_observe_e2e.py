@@ -75,7 +75,7 @@ def test_metrics_after_a_scripted_conversation(make_config: Callable[..., Memory
                       model={"model": "fake-model", "base_url": llm_server.base_url, "api_key": "k"},
                       session={"first_threshold_tokens": 1, "update_threshold_tokens": 1, "min_tool_calls": 0},
                       auto={"debounce_seconds": 0.1, "max_wait_seconds": 1, "min_interval_seconds": 0},
-                      recall={"model_above": 0})
+                      recall={"model_above": 0, "confident_margin": None})  # the model picks (its metrics)
     services = MemoryServices.from_config(cfg)
     try:
         for message in TURNS:

@@ -306,3 +306,16 @@ def test_missing_vectors_are_filled_lazily_and_no_call_without_config(
     assert svc.store.get_or_none(own.place.reserved_key(".search-vectors.bin")) is not None
     llm_server.set_embedder(None)  # the endpoint goes away: recall keeps the lexical answer
     assert recall(svc, "u1", "default", "zebrafish at home").files[:1] == ("hobby.md",)
+
+
+def test_labelled_set_through_recall_and_the_search_index(services: Callable[..., MemoryServices]) -> None:
+    import json
+    from pathlib import Path
+
+    data = json.loads((Path(__file__).parent / "data" / "recall_set.json").read_text(encoding="utf-8"))
+    svc = services("local", recall={"use_model": False})
+    svc.user_agent_dir("u1").save_many([(m["file"], memory(m["name"], m["description"], m["body"], m["type"]))
+                                        for m in data["memories"]])
+    missed = [q["query"] for q in data["queries"]
+              if q["expected"] not in recall(svc, "u1", "default", q["query"]).chosen]
+    assert missed == []  # every labelled query finds its memory in the top 5, as by the manifest lines

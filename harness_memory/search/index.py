@@ -30,8 +30,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..recall.tokenize import tokenize
-
 if TYPE_CHECKING:
     from ..memdir import ManifestEntry
 
@@ -53,6 +51,13 @@ class Doc:
     length: int
     snippet: str
     terms: dict[str, int]
+
+
+def tokenize(text: str) -> list[str]:
+    """recall's tokenizer (imported on first use: ``harness_memory.recall`` imports this package)."""
+    from ..recall.tokenize import tokenize as recall_tokenize
+
+    return recall_tokenize(text)
 
 
 def stamp_of(entry: ManifestEntry) -> tuple[int, float]:
