@@ -314,8 +314,9 @@ def test_labelled_set_through_recall_and_the_search_index(services: Callable[...
 
     data = json.loads((Path(__file__).parent / "data" / "recall_set.json").read_text(encoding="utf-8"))
     svc = services("local", recall={"use_model": False})
-    svc.user_agent_dir("u1").save_many([(m["file"], memory(m["name"], m["description"], m["body"], m["type"]))
-                                        for m in data["memories"]])
+    svc.user_agent_dir("u1").save_many([(m["file"], memory(json.dumps(m["name"], ensure_ascii=False),
+                                                           json.dumps(m["description"], ensure_ascii=False),
+                                                           m["body"], m["type"])) for m in data["memories"]])
     missed = [q["query"] for q in data["queries"]
               if q["expected"] not in recall(svc, "u1", "default", q["query"]).chosen]
     assert missed == []  # every labelled query finds its memory in the top 5, as by the manifest lines
