@@ -24,7 +24,8 @@ Each question is asked through the ranking ``recall()`` uses (no model): recall@
 questions with an answer memory in the top k (k = 1, 5, 10). Rows: the manifest-line ranking recall
 used before the search index ("lines only"), the search index ("lexical"), and with an embeddings
 endpoint (``HARNESS_MEMORY_EMBED_*`` or ``--embed`` = the bundled all-MiniLM-L6-v2 server) the fused
-ranking ("hybrid"). "model calls / query" is how often recall with a light model configured would
+ranking ("hybrid"; ``HARNESS_MEMORY_BENCH_EMBED=1`` does the same as ``--embed`` under ``bench.run``).
+"model calls / query" is how often recall with a light model configured would
 ask it (the confident-ranking skip), counted at a scripted model server.
 """
 
@@ -244,7 +245,7 @@ def _embed_config(argv: list[str]) -> Iterator[_Embed | None]:
                       "api_key": os.environ.get("HARNESS_MEMORY_EMBED_API_KEY", "k")},
                      os.environ["HARNESS_MEMORY_EMBED_MODEL"])
         return
-    if "--embed" in argv:
+    if "--embed" in argv or os.environ.get("HARNESS_MEMORY_BENCH_EMBED") == "1":
         from .embed_server import EmbedServer
 
         with EmbedServer() as server:
