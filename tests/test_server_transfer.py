@@ -57,7 +57,8 @@ def seed(cfg: MemoryConfig) -> None:
 def user_objects(cfg: MemoryConfig, user: str = "u1") -> dict[str, bytes]:
     """Every object of the user except the manifest (its JSON carries write times)."""
     store = services_for(cfg).store
-    return {k: store.get(k).data for k in keys(cfg, f"users/{user}/") if not k.endswith("/.manifest.json")}
+    derived = ("/.manifest.json", "/.search-index.bin")  # rebuilt on import (times of the import itself)
+    return {k: store.get(k).data for k in keys(cfg, f"users/{user}/") if not k.endswith(derived)}
 
 
 def manifests(cfg: MemoryConfig, user: str = "u1") -> dict[str, Any]:
