@@ -265,6 +265,7 @@ def run(quick: bool = False, argv: list[str] | None = None) -> str:
                         [["—", "skipped: no dataset", 0, "—", "—", "—"]]))
     haystacks = load(path, 2 if quick else None)
     n_q = sum(len(h.questions) for h in haystacks)
+    multi = sum(1 for h in haystacks if len(h.questions) > 1)
     t0 = time.monotonic()
     rows: list[list[object]] = []
     embed_label = "none"
@@ -282,6 +283,10 @@ def run(quick: bool = False, argv: list[str] | None = None) -> str:
         table(["granularity", "ranking", "questions", "recall@1", "recall@5", "recall@10"], rows),
         f"- embeddings model: {embed_label}. \"lines only\" = manifest lines (the ranking before the search "
         "index; it returns at most 5). \"lexical\" = the search index, as `recall()` ranks without a model.",
+        f"- questions: {n_q} over {len(haystacks)} haystacks"
+        + (f" ({multi} haystacks carry several questions each: the multi-question variant)" if multi else "")
+        + "; fact-level rows count only questions with a labelled answer turn (`has_answer`, or an exchange "
+        "quoting a short answer verbatim in an answer session).",
         f"- light-model calls with a model configured (confident-ranking skip, default margin): {calls} for "
         f"{queries} questions ({calls / max(queries, 1):.2f} per query), counted at a scripted model server.",
     ])
