@@ -306,6 +306,9 @@ def test_missing_vectors_are_filled_lazily_and_no_call_without_config(
     assert svc.store.get_or_none(own.place.reserved_key(".search-vectors.bin")) is not None
     llm_server.set_embedder(None)  # the endpoint goes away: recall keeps the lexical answer
     assert recall(svc, "u1", "default", "zebrafish at home").files[:1] == ("hobby.md",)
+    asked = len(llm_server.requests)
+    assert tier.down and recall(svc, "u1", "default", "zebrafish again").files[:1] == ("hobby.md",)
+    assert len(llm_server.requests) == asked  # marked down: the next queries do not wait on it
 
 
 def test_labelled_set_through_recall_and_the_search_index(services: Callable[..., MemoryServices]) -> None:

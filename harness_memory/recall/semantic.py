@@ -23,6 +23,7 @@ import json
 import logging
 import struct
 import threading
+import time
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ MAGIC = b"HMVECTORS1\n"
 EMBED_CHARS = 2000  # text embedded per memory: name, description and the head of the body
 FILL_BATCH = 64  # memories embedded per background round
 QUERY_CACHE = 512
+RETRY_AFTER = 30.0  # seconds the endpoint is left alone after a failure
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,18 +123,30 @@ class SemanticTier:
         self._queries: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
         self._closed = False
+        self._down_until = 0.0
         self.calls = 0  # requests made to the endpoint (benchmarks and tests read it)
 
     # -- the endpoint ---------------------------------------------------------------------------
     def embed(self, texts: list[str]) -> np.ndarray:
-        """Normalised vectors of ``texts`` (batched ``config.batch_size`` per request)."""
+        """Normalised vectors of ``texts`` (batched ``config.batch_size`` per request). A failure
+        marks the endpoint down for ``RETRY_AFTER`` s: queries then rank by words without waiting
+        on it, and background rounds are not started."""
         out: list[list[float]] = []
-        for start in range(0, len(texts), self.config.batch_size):
-            batch = [t or " " for t in texts[start: start + self.config.batch_size]]
-            self.calls += 1
-            response = self._client.embeddings.create(model=self.model, input=batch)
-            out.extend(d.embedding for d in sorted(response.data, key=lambda d: d.index))
+        try:
+            for start in range(0, len(texts), self.config.batch_size):
+                batch = [t or " " for t in texts[start: start + self.config.batch_size]]
+                self.calls += 1
+                response = self._client.embeddings.create(model=self.model, input=batch)
+                out.extend(d.embedding for d in sorted(response.data, key=lambda d: d.index))
+        except Exception:
+            self._down_until = time.monotonic() + RETRY_AFTER
+            raise
         return _normalise(np.asarray(out, dtype=np.float32))
+
+    @property
+    def down(self) -> bool:
+        """The endpoint failed less than ``RETRY_AFTER`` s ago."""
+        return time.monotonic() < self._down_until
 
     def _query_vector(self, query: str) -> np.ndarray:
         with self._lock:
@@ -183,6 +197,8 @@ class SemanticTier:
         """The ``k`` memories nearest to ``query`` over ``places`` (names with the places' prefixes)."""
         scored: list[ScoredFile] = []
         qvec: np.ndarray | None = None
+        if self.down:
+            return []
         for memdir, manifest, prefix in places.items:
             vectors = self.load(memdir, manifest)
             if not _covers(vectors, manifest):
@@ -204,7 +220,7 @@ class SemanticTier:
     def schedule_fill(self, memdir: MemoryDir) -> Future[None] | None:
         """Embed what the place lacks, in the background (one pending round per place)."""
         with self._lock:
-            if self._closed:
+            if self._closed or self.down:
                 return None
             pending = self._pending.get(memdir.place.prefix)
             if pending is not None and not pending.done():
