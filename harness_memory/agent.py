@@ -153,6 +153,7 @@ def _wire_parts(agent: Agent, services: MemoryServices, user_id: str, agent_type
         scope=cfg.agent.scope,
         shared_writable=cfg.agent.shared_write,
         extra_notes=notes,
+        search_tool=cfg.recall.search_tool,
         max_lines=cfg.limits.index_max_lines,
         max_bytes=cfg.limits.index_max_bytes,
     )

@@ -182,11 +182,30 @@ def test_agent_calls_search_memories(make_config: Callable[..., MemoryConfig], l
     assert "hobby.md" in tool_msg["content"] and "zebrafish aquarium" in tool_msg["content"]
 
 
-def test_search_tool_can_be_turned_off(make_config: Callable[..., MemoryConfig]) -> None:
-    cfg = make_config("local", recall={"search_tool": False}, session={"enabled": False}, auto={"enabled": False})
-    agent = build_agent("u1", config=cfg)
+def test_search_tool_can_be_turned_off_and_wins_over_agno_tools_of_its_name(
+        make_config: Callable[..., MemoryConfig]) -> None:
+    from agno.tools import Toolkit
+
+    def search_memories(query: str) -> str:
+        """Someone else's tool of the same name."""
+        return "theirs"
+
+    def keep_me(x: int) -> int:
+        """Unrelated tool."""
+        return x
+
+    cfg = make_config("local", session={"enabled": False}, auto={"enabled": False})
+    mixed = Toolkit(name="mixed", tools=[keep_me, search_memories])
+    agent = build_agent("u1", config=cfg, tools=[search_memories, mixed])
+    assert isinstance(agent.tools[0], MemoryTools) and "search_memories" in agent.tools[0].functions
+    assert len(agent.tools) == 2 and list(mixed.functions) == ["keep_me"]  # the clashing ones are dropped
+    assert "search_memories(query)" in str(agent.additional_context)
+
+    off = make_config("local", recall={"search_tool": False}, session={"enabled": False}, auto={"enabled": False})
+    agent = build_agent("u1", config=off)
     tools = [t for t in agent.tools or [] if isinstance(t, MemoryTools)]
     assert tools and "search_memories" not in tools[0].functions
+    assert "search_memories" not in str(agent.additional_context)  # the prompt does not offer it either
 
 
 # -- fewer model calls --------------------------------------------------------------------------------
