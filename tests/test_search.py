@@ -342,3 +342,23 @@ def test_labelled_set_through_recall_and_the_search_index(services: Callable[...
     missed = [q["query"] for q in data["queries"]
               if q["expected"] not in recall(svc, "u1", "default", q["query"]).chosen]
     assert missed == []  # every labelled query finds its memory in the top 5, as by the manifest lines
+
+
+def test_a_failing_index_write_never_fails_the_save(local_store: Any) -> None:
+    from harness_memory.layout import Place
+    from harness_memory.memdir import MemoryDir
+    from harness_memory.recall.ranking import PlaceRanker, places_for
+    from tests.faults import FaultyStore, on
+
+    faulty = FaultyStore(local_store)
+    own = MemoryDir(faulty, Place.user_agent("u1"))
+    faulty.fail(on("put", ".search-index.bin"))
+    result = own.save("hobby.md", NOTES["hobby.md"])  # the memory is committed; only the index write failed
+    assert result.created and "hobby.md" in own.manifest().entries
+    assert faulty.get_or_none(index_key(own)) is None
+    ranker = PlaceRanker(places_for(own, own.manifest(), None, None))
+    assert [s.file for s in ranker("what does the user do on weekends", 5)] == ["hobby.md"]  # by its line
+    assert ranker("zebrafish", 5) == []  # the body word waits for the next write or reindex
+    faulty.clear()
+    own.reindex()
+    assert [s.file for s in PlaceRanker(places_for(own, own.manifest(), None, None))("zebrafish", 5)] == ["hobby.md"]

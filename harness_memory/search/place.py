@@ -275,9 +275,9 @@ def after_commit(memdir: MemoryDir, manifest: Manifest, written: Mapping[str, Me
         if gone or fill:
             index = index.updated(remove=gone, add=fill)
         _write(memdir, index, manifest)
-    except (HarnessMemoryError, OSError, ValueError) as exc:
-        log.warning("search index of %s not updated (%s); recall searches the changed memories by their "
-                    "index line until the next write or reindex", memdir.place.label, exc)
+    except Exception as exc:  # the memory change is committed: an index failure must not undo or fail it
+        log.warning("search index of %s not updated (%s: %s); recall searches the changed memories by their "
+                    "index line until the next write or reindex", memdir.place.label, type(exc).__name__, exc)
     listener = _listeners.get(id(memdir.store))
     if listener is not None:
         try:
