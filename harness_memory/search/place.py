@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -71,7 +72,8 @@ def _put_cached(memdir: MemoryDir, index: SearchIndex, version: float) -> None:
             _cache.popitem(last=False)
 
 
-_listeners: dict[int, Callable[[MemoryDir], None]] = {}
+#: Per store object (weakly: a store that is gone takes its listener with it).
+_listeners: weakref.WeakKeyDictionary[object, Callable[[MemoryDir], None]] = weakref.WeakKeyDictionary()
 
 
 def on_commit(store: object, listener: Callable[[MemoryDir], None] | None) -> None:
@@ -79,9 +81,9 @@ def on_commit(store: object, listener: Callable[[MemoryDir], None] | None) -> No
     (the semantic tier embeds them in the background); None removes it."""
     with _lock:
         if listener is None:
-            _listeners.pop(id(store), None)
+            _listeners.pop(store, None)
         else:
-            _listeners[id(store)] = listener
+            _listeners[store] = listener
 
 
 def clear_cache() -> None:
@@ -278,7 +280,8 @@ def after_commit(memdir: MemoryDir, manifest: Manifest, written: Mapping[str, Me
     except Exception as exc:  # the memory change is committed: an index failure must not undo or fail it
         log.warning("search index of %s not updated (%s: %s); recall searches the changed memories by their "
                     "index line until the next write or reindex", memdir.place.label, type(exc).__name__, exc)
-    listener = _listeners.get(id(memdir.store))
+    with _lock:
+        listener = _listeners.get(memdir.store)
     if listener is not None:
         try:
             listener(memdir)  # schedules work in the background; never waits for it
