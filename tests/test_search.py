@@ -362,3 +362,14 @@ def test_a_failing_index_write_never_fails_the_save(local_store: Any) -> None:
     faulty.clear()
     own.reindex()
     assert [s.file for s in PlaceRanker(places_for(own, own.manifest(), None, None))("zebrafish", 5)] == ["hobby.md"]
+
+
+def test_another_pods_write_is_seen_with_one_get(services: Callable[..., MemoryServices]) -> None:
+    pod_a, pod_b = services("cos", recall={"use_model": False}), services("cos", recall={"use_model": False})
+    pod_a.user_agent_dir("u1").save_many(list(NOTES.items()))
+    assert recall(pod_a, "u1", "default", "zebrafish").files == ("hobby.md",)  # pod A's cache is warm
+    pod_b.user_agent_dir("u1").save("walrus.md", memory("Zoo", "A trip", "We saw a walrus at the zoo."))
+    manifest = pod_a.user_agent_dir("u1").manifest()
+    before = pod_a.store.request_count
+    assert recall(pod_a, "u1", "default", "walrus", manifest=manifest).files == ("walrus.md",)
+    assert pod_a.store.request_count - before == 2  # the index (new manifest version) + the chosen file
