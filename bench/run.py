@@ -58,6 +58,8 @@ BENCHES = (
           "The post-hook's cost per run (Redis vs in-process) and the context sent per turn with summaries "
           "vs the full history over a 200-turn conversation."),
     Bench("recall", "Relevant recall", "bench.bench_recall", "Lexical and model recall over 1,000 memories."),
+    Bench("longmemeval", "Recall on LongMemEval", "bench.bench_longmemeval",
+          "recall@1/5/10 at session and fact granularity (`$HARNESS_MEMORY_LONGMEMEVAL`; skipped without it)."),
     Bench("cost", "4. Memory cost: harness-memory vs agno's built-in memory", "bench.bench_cost",
           "Model requests and tokens spent on memory in one scripted 100-turn conversation."),
     Bench("auto", "4b. Auto memory at different paces (virtual clock)", "bench.bench_auto",

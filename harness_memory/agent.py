@@ -29,12 +29,12 @@ from .services import MemoryServices, services_for
 from .session.binding import bind_session_id
 from .session.hooks import attach_session_hooks
 from .snapshot import apply_snapshot_on_build
-from .tools import TOOL_NAMES, MemoryTools
+from .tools import SEARCH_TOOL_NAME, TOOL_NAMES, MemoryTools
 
 log = logging.getLogger(__name__)
 
 #: agno tools that would shadow or duplicate ours (agno's own file and user-memory tools).
-REPLACED_TOOL_NAMES = frozenset(TOOL_NAMES) | {"update_user_memory", "update_profile"}
+REPLACED_TOOL_NAMES = frozenset(TOOL_NAMES) | {SEARCH_TOOL_NAME, "update_user_memory", "update_profile"}
 _FILE_TOOLKIT_CLASSES = ("FileTools", "LocalFileSystemTools")
 UNAVAILABLE_INDEX = ("> The memory store could not be read when this conversation started; the tools may work "
                      "later. Do not tell the user their memories are gone.")
@@ -153,6 +153,7 @@ def _wire_parts(agent: Agent, services: MemoryServices, user_id: str, agent_type
         scope=cfg.agent.scope,
         shared_writable=cfg.agent.shared_write,
         extra_notes=notes,
+        search_tool=cfg.recall.search_tool,
         max_lines=cfg.limits.index_max_lines,
         max_bytes=cfg.limits.index_max_bytes,
     )

@@ -273,8 +273,14 @@ class RecallConfig(_Section):
         8.0, gt=0, description="Seconds the light model may take to pick files; then lexical ranking answers."
     )
     max_candidates: int = Field(
-        200, ge=5, description="Most memory lines shown to the light model (a lexical pre-filter picks them)."
+        30, ge=5, description="Most memory lines shown to the light model (the best-ranked first)."
     )
+    body_search: bool = Field(
+        True, description="Rank by each place's search index (name, description and whole body); false: "
+        "by the manifest lines only.")
+    confident_margin: float | None = Field(
+        0.3, ge=0, description="Skip the light model when the ranking is confident: at most `max_files` "
+        "matches, or the best leads the next by this share of its score. Empty: always ask.")
     stale_after_days: float = Field(
         1.0, ge=0, description="Recalled memories older than this get a 'verify before relying on it' note."
     )
@@ -284,6 +290,19 @@ class RecallConfig(_Section):
     per_run: bool = Field(
         False, description="Also recall on every run through an agno pre-hook (for Agents reused across runs)."
     )
+    search_tool: bool = Field(
+        True, description="Give the agent `search_memories` (words in whole memories, own and shared) beside "
+        "the five file tools.")
+
+
+class EmbedConfig(_Section):
+    """The optional semantic tier of recall: any OpenAI-compatible `/v1/embeddings` endpoint."""
+
+    model: str | None = Field(None, description="Embeddings model id; unset: no semantic tier, no call made.")
+    base_url: str | None = Field(None, description="Embeddings base URL (default: the model's `base_url`).")
+    api_key: SecretStr | None = Field(None, description="Embeddings API key (default: the model's `api_key`).")
+    timeout: float = Field(5.0, gt=0, description="Seconds per embeddings request (a query's waits on it).")
+    batch_size: int = Field(64, ge=1, description="Texts per embeddings request when memories are embedded.")
 
 
 class ServerConfig(_Section):
@@ -328,6 +347,7 @@ _SECTIONS: dict[str, str] = {
     "session": "SESSION_",
     "auto": "AUTO_",
     "recall": "RECALL_",
+    "embed": "EMBED_",
     "server": "SERVER_",
     "observe": "OBSERVE_",
 }
@@ -344,6 +364,7 @@ class MemoryConfig(_Section):
     session: SessionConfig = Field(default_factory=SessionConfig)
     auto: AutoMemoryConfig = Field(default_factory=AutoMemoryConfig)
     recall: RecallConfig = Field(default_factory=RecallConfig)
+    embed: EmbedConfig = Field(default_factory=EmbedConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
     observe: ObserveConfig = Field(default_factory=ObserveConfig)
 

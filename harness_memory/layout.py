@@ -26,7 +26,12 @@ MANIFEST_FILE = ".manifest.json"
 SNAPSHOT_SYNC_FILE = ".snapshot-synced.json"
 #: The write-ahead record of the place's last file-writing commit (``memdir/intent.py``).
 INTENT_FILE = ".intent.json"
-RESERVED_FILES = frozenset({INDEX_FILE, MANIFEST_FILE, SNAPSHOT_SYNC_FILE, INTENT_FILE})
+#: Terms of every memory of a place (harness_memory/search); written with the manifest.
+SEARCH_INDEX_FILE = ".search-index.bin"
+#: Embeddings of every memory of a place (recall/semantic.py), when an embeddings endpoint is set.
+SEARCH_VECTORS_FILE = ".search-vectors.bin"
+RESERVED_FILES = frozenset({INDEX_FILE, MANIFEST_FILE, SNAPSHOT_SYNC_FILE, INTENT_FILE, SEARCH_INDEX_FILE,
+                            SEARCH_VECTORS_FILE})
 MAX_FILENAME_BYTES = 255
 MAX_FILE_DEPTH = 4
 _PCT_RE = re.compile(r"%[0-9A-Fa-f]{2}")

@@ -71,6 +71,9 @@ This memory is private to this agent on this deployment. Save working notes that
 job here; keep anything personal about the user minimal.""",
 }
 
+SEARCH_LINE = """- Use `search_memories(query)` to find memories by words anywhere in their text (bodies included)
+  when the descriptions in MEMORY.md do not show where something is."""
+
 WHEN_ACCESS_SECTION = """## When to access memories
 - MEMORY.md below lists every memory by name and description. Before answering, scan it: if a memory
   may be relevant (the user's preferences, earlier decisions, earlier corrections), open it with
@@ -112,6 +115,14 @@ def load_agent_memory_prompt(
     )
 
 
+def _access_section(search_tool: bool) -> str:
+    """When to read memories; the search line only when the agent has ``search_memories``."""
+    if not search_tool:
+        return WHEN_ACCESS_SECTION
+    head, _, rest = WHEN_ACCESS_SECTION.partition("\n- Memories can be outdated.")
+    return f"{head}\n{SEARCH_LINE}\n- Memories can be outdated.{rest}"
+
+
 def render_agent_memory_prompt(
     parts: PromptParts,
     *,
@@ -120,6 +131,7 @@ def render_agent_memory_prompt(
     scope: Scope = "user",
     shared_writable: bool = False,
     extra_notes: list[str] | None = None,
+    search_tool: bool = True,
     max_lines: int = 200,
     max_bytes: int = 25_600,
 ) -> str:
@@ -136,7 +148,7 @@ def render_agent_memory_prompt(
         mode = "you may write it with names starting `shared/`" if shared_writable else "read-only for you"
         lines.append(f"Shared agent memory: `{shared_label}` (the same for every user; {mode}).")
     lines += ["", TYPES_SECTION, "", NOT_SAVE_SECTION, "", HOW_SAVE_SECTION, "", WHEN_SAVE_SECTION, "",
-              SCOPE_GUIDANCE[scope], "", WHEN_ACCESS_SECTION, ""]
+              SCOPE_GUIDANCE[scope], "", _access_section(search_tool), ""]
     for note in extra_notes or []:
         lines += [note, ""]
     lines += ["## MEMORY.md", "", "### Your memories (MEMORY.md)"]

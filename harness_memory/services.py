@@ -10,7 +10,8 @@ all in one defined order:
 1. session memory (drains buffered runs and running summaries: needs store, Redis, light model);
 2. auto memory (flushes pending extractions: needs store and light model);
 3. the ``work`` executor (operations moved off event loops: tool calls, hooks, probes);
-4. the light models' HTTP clients;
+4. the semantic tier's background embedding (``recall/semantic.py``), then the light models' HTTP
+   clients;
 5. the ``io`` executor (fan-out of single store requests), then the store, then Redis.
 
 Two executors, not one, because a ``work`` task (a tool call under ``arun()``, recall in a hook)
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
 
     from .auto.rider import SummaryRider
     from .auto.service import AutoMemory
+    from .recall.semantic import SemanticTier
     from .recall.surfaced import SurfacedTracker
     from .session.manager import SessionMemoryManager
     from .tools import MemoryTools
@@ -92,6 +94,8 @@ class MemoryServices:
     _session: SessionMemoryManager | None = field(default=None, repr=False)
     _auto: AutoMemory | None = field(default=None, repr=False)
     _surfaced: SurfacedTracker | None = field(default=None, repr=False)
+    _semantic: SemanticTier | None = field(default=None, repr=False)
+    _semantic_made: bool = field(default=False, repr=False)
     #: Snapshot sync records known to be absent, per place prefix (monotonic expiry time).
     snapshot_absent: dict[str, float] = field(default_factory=dict, repr=False)
 
@@ -123,6 +127,8 @@ class MemoryServices:
         work = ThreadPoolExecutor(max_workers=WORK_THREADS, thread_name_prefix="hm-work")
         services = cls(config=config, store=store, redis=client, locker=locker, io=io, work=work,
                        telemetry=telemetry)
+        if config.embed.model:
+            services.semantic()  # from the start, so every write is embedded (in the background)
         _live.add(services)  # flushed at interpreter exit unless closed before
         return services
 
@@ -210,7 +216,7 @@ class MemoryServices:
                 return tools
         tools = MemoryTools(self.user_agent_dir(user_id, agent_type), self.shared_agent_dir(agent_type),
                             shared_writable=self.config.agent.shared_write, executor=self.work,
-                            telemetry=self.telemetry)
+                            telemetry=self.telemetry, search=self.config.recall.search_tool)
         with self._lock:
             self._tools[key] = tools
             while len(self._tools) > TOOLS_CACHE_SIZE:
@@ -243,6 +249,28 @@ class MemoryServices:
                 self._light = LightModel.from_config(self.config.model, telemetry=self.telemetry)
                 self._light_made = True
             return self._light
+
+    def semantic(self) -> SemanticTier | None:
+        """Recall's semantic tier (``recall/semantic.py``); None unless ``embed.model`` is set.
+        While it exists, every commit to this store schedules the embedding of what changed."""
+        with self._lock:
+            if not self._semantic_made:
+                self._semantic_made = True
+                cfg = self.config.embed
+                if cfg.model and not self._closed:
+                    from .recall.semantic import SemanticTier
+                    from .search.place import on_commit
+
+                    model = self.config.model
+                    cfg = cfg.model_copy(update={"base_url": cfg.base_url or model.base_url,
+                                                 "api_key": cfg.api_key or model.api_key})
+                    if cfg.base_url:
+                        self._semantic = SemanticTier(cfg)
+                        on_commit(self.store, self._semantic.after_commit)
+                    else:
+                        log.warning("embed.model is set but no base URL (embed.base_url or model.base_url); "
+                                    "recall runs without the semantic tier")
+            return self._semantic
 
     def extraction_model(self) -> LightModel | None:
         """The auto-memory extraction model: ``auto.model`` on the light model's server, else
@@ -336,6 +364,12 @@ class MemoryServices:
         if auto is not None:  # flush pending auto-memory updates while the store still answers
             _quietly("auto memory", lambda: auto.close(timeout))
         _quietly("work executor", lambda: self.work.shutdown(wait=True, cancel_futures=True))
+        semantic = self._semantic
+        if semantic is not None:  # background embedding rounds need the store: before io and store
+            from .search.place import on_commit
+
+            on_commit(self.store, None)
+            _quietly("semantic tier", semantic.close)
         for model in {id(m): m for m in (self._light, self._extraction) if m is not None}.values():
             _quietly("light model", model.close)
         _quietly("io executor", lambda: self.io.shutdown(wait=True, cancel_futures=True))
@@ -368,7 +402,7 @@ def _identity(config: MemoryConfig) -> str:
     """Config identity including secret values (``model_dump_json`` masks them)."""
     secrets = [
         getattr(section, name).get_secret_value()
-        for section in (config.store, config.model, config.server)
+        for section in (config.store, config.model, config.embed, config.server)
         for name in type(section).model_fields
         if isinstance(getattr(section, name), SecretStr)
     ]

@@ -38,7 +38,11 @@ from .observe import DISABLED, Telemetry, wrap_context
 log = logging.getLogger(__name__)
 SHARED_PREFIX = "shared/"
 TOOL_NAMES = ("save_file", "read_file", "list_files", "delete_file", "replace_file_chunk")
+SEARCH_TOOL_NAME = "search_memories"
 LIST_LIMIT = 500
+SEARCH_LIMIT = 10
+LINES_PER_FILE = 3
+LINE_CHARS = 200
 
 
 def _friendly(action: str) -> Callable[[Callable[..., str]], Callable[..., str]]:
@@ -82,7 +86,7 @@ class MemoryTools(Toolkit):
 
     def __init__(self, own: MemoryDir, shared: MemoryDir | None = None, *, shared_writable: bool = False,
                  name: str = "memory_tools", executor: Executor | None = None,
-                 telemetry: Telemetry = DISABLED) -> None:
+                 telemetry: Telemetry = DISABLED, search: bool = True) -> None:
         #: Runs the async twins' blocking work (the services' ``work`` pool; None: asyncio's default).
         self.executor = executor
         #: Records every tool call (metrics by tool and outcome, a span, an event).
@@ -90,13 +94,15 @@ class MemoryTools(Toolkit):
         self.own = own
         self.shared = shared
         self.shared_writable = shared_writable
-        super().__init__(
-            name=name,
-            tools=[self.save_file, self.read_file, self.list_files, self.delete_file, self.replace_file_chunk],
-            async_tools=[(self.asave_file, "save_file"), (self.aread_file, "read_file"),
-                         (self.alist_files, "list_files"), (self.adelete_file, "delete_file"),
-                         (self.areplace_file_chunk, "replace_file_chunk")],
-        )
+        tools: list[Callable[..., str]] = [self.save_file, self.read_file, self.list_files, self.delete_file,
+                                           self.replace_file_chunk]
+        async_tools: list[tuple[Callable[..., Any], str]] = [
+            (self.asave_file, "save_file"), (self.aread_file, "read_file"), (self.alist_files, "list_files"),
+            (self.adelete_file, "delete_file"), (self.areplace_file_chunk, "replace_file_chunk")]
+        if search:  # recall.search_tool: false leaves the agent the five file tools only
+            tools.append(self.search_memories)
+            async_tools.append((self.asearch_memories, SEARCH_TOOL_NAME))
+        super().__init__(name=name, tools=tools, async_tools=async_tools)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> MemoryTools:
         # AgentOS deep-copies agents per request; the store clients and locks must be shared.
@@ -208,6 +214,26 @@ class MemoryTools(Toolkit):
         result = memdir.replace_chunk(rel, old_chunk, new_chunk)
         return f"Updated memory {file_name} ({result.entry.type}: {result.entry.description}). MEMORY.md updated."
 
+    @_friendly("searched")
+    def search_memories(self, query: str, limit: int = 5) -> str:
+        """Search your memories (and the shared ones) by words in their whole text, not only the
+        descriptions in MEMORY.md. Use it when the index does not show where something is.
+
+        Args:
+            query: Words to look for, e.g. "staging database password rotation" (any language).
+            limit: Most memory files to return (default 5, at most 10).
+
+        Returns:
+            The best-matching files, best first, each with its description and the lines that match.
+        """
+        if not isinstance(query, str) or not query.strip():
+            return "Error: give some words to search for."
+        limit = max(1, min(int(limit), SEARCH_LIMIT))
+        found = search_places(self.own, self.shared, query, limit)
+        if not found:
+            return f"No memory matches {query!r}. list_files shows every memory."
+        return "\n\n".join(found)
+
     # -- async twins ----------------------------------------------------------------------
     async def _in_pool(self, fn: Callable[..., str], *args: Any) -> str:
         loop = asyncio.get_running_loop()
@@ -228,6 +254,9 @@ class MemoryTools(Toolkit):
     async def areplace_file_chunk(self, file_name: str, old_chunk: str, new_chunk: str) -> str:
         return await self._in_pool(self.replace_file_chunk, file_name, old_chunk, new_chunk)
 
+    async def asearch_memories(self, query: str, limit: int = 5) -> str:
+        return await self._in_pool(self.search_memories, query, limit)
+
     def _places(self) -> list[tuple[str, MemoryDir, str]]:
         places = [("Your memories", self.own, "")]
         if self.shared is not None:
@@ -240,7 +269,55 @@ for _sync, _async in ((MemoryTools.save_file, MemoryTools.asave_file),
                       (MemoryTools.read_file, MemoryTools.aread_file),
                       (MemoryTools.list_files, MemoryTools.alist_files),
                       (MemoryTools.delete_file, MemoryTools.adelete_file),
-                      (MemoryTools.replace_file_chunk, MemoryTools.areplace_file_chunk)):
+                      (MemoryTools.replace_file_chunk, MemoryTools.areplace_file_chunk),
+                      (MemoryTools.search_memories, MemoryTools.asearch_memories)):
     _async.__doc__ = _sync.__doc__  # the model sees the same description under arun()
 
-__all__ = ["FRONTMATTER_EXAMPLE", "SHARED_PREFIX", "TOOL_NAMES", "MemoryTools"]
+
+
+def matching_lines(text: str, query: str, most: int = LINES_PER_FILE) -> list[str]:
+    """The lines of ``text`` (past its frontmatter) sharing the most words with ``query``."""
+    from .memdir import split_frontmatter
+    from .recall.tokenize import tokenize
+
+    try:
+        body = split_frontmatter(text)[1]
+    except MemoryFormatError:
+        body = text
+    wanted = set(tokenize(query))
+    scored = []
+    for number, line in enumerate(body.splitlines()):
+        hits = len(wanted.intersection(tokenize(line))) if line.strip() else 0
+        if hits:
+            cut = line.strip() if len(line.strip()) <= LINE_CHARS else line.strip()[: LINE_CHARS - 1] + "…"
+            scored.append((-hits, number, cut))
+    return [cut for _, _, cut in sorted(scored)[:most]]
+
+
+def search_places(own: MemoryDir, shared: MemoryDir | None, query: str, limit: int) -> list[str]:
+    """One result block per matching memory: name, type, description, matching lines (the search
+    index ranks; the chosen files are read, concurrently, for their lines)."""
+    from .recall.context import read_files
+    from .recall.ranking import PlaceRanker, places_for
+
+    own_manifest = own.manifest()
+    shared_manifest = shared.manifest() if shared is not None else None
+    ranker = PlaceRanker(places_for(own, own_manifest, shared, shared_manifest))
+    ranked = ranker.lexical(query, limit)
+    if not ranked:
+        return []
+    reads = read_files(own, [r.file for r in ranked], shared, own.executor)
+    out = []
+    for r in ranked:
+        shared_name = r.file.startswith(SHARED_PREFIX)
+        manifest = shared_manifest if shared_name else own_manifest
+        entry = manifest.entries.get(r.file[len(SHARED_PREFIX):] if shared_name else r.file) if manifest else None
+        head = f"- {r.file}" + (f" ({entry.type or 'unknown'}) — {entry.description}" if entry else "")
+        read = reads.get(r.file)
+        lines = matching_lines(read.text, query) if read is not None else []
+        out.append(head + "".join(f"\n    {line}" for line in lines))
+    return out
+
+
+__all__ = ["FRONTMATTER_EXAMPLE", "SEARCH_TOOL_NAME", "SHARED_PREFIX", "TOOL_NAMES", "MemoryTools",
+           "matching_lines", "search_places"]

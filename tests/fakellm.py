@@ -140,6 +140,8 @@ class ScriptedLLM:
         self._queue: deque[Answer] = deque()
         self._requests: list[RecordedRequest] = []
         self._handler: Handler | None = None
+        #: Answers ``/v1/embeddings`` when set (``set_embedder``); chat scripting is unaffected.
+        self.embedder: Callable[[str], list[float]] | None = None
         self._stopping = threading.Event()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -206,6 +208,14 @@ class ScriptedLLM:
         """A snapshot of every recorded request (chat and others), oldest first."""
         with self._lock:
             return list(self._requests)
+
+    def set_embedder(self, fn: Callable[[str], list[float]] | None) -> None:
+        """Serve ``POST /v1/embeddings`` with ``fn(text)`` per input (None: 404, as before)."""
+        self.embedder = fn
+
+    @property
+    def embedding_requests(self) -> list[RecordedRequest]:
+        return [r for r in self.requests if r.path.endswith("/embeddings")]
 
     @property
     def chat_requests(self) -> list[RecordedRequest]:
@@ -342,6 +352,15 @@ def _make_handler(server: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
             except json.JSONDecodeError:
                 body = payload
             req = RecordedRequest("POST", self.path, self._headers(), body)
+            if self.path.rstrip("/").endswith("/embeddings") and server.embedder is not None:
+                server._record(req)
+                texts = body.get("input") if isinstance(body, dict) else None
+                texts = [texts] if isinstance(texts, str) else list(texts or [])
+                data = [{"object": "embedding", "index": i, "embedding": server.embedder(t)}
+                        for i, t in enumerate(texts)]
+                self._send_json(200, {"object": "list", "data": data, "model": body.get("model", ""),
+                                      "usage": {"prompt_tokens": len(texts), "total_tokens": len(texts)}})
+                return
             if not self.path.rstrip("/").endswith("/chat/completions"):
                 server._record(req)
                 self._send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -28,6 +29,8 @@ def quick_sections(seaweedfs: SeaweedFS, redis_server: RedisServer) -> Iterator[
         if "quick" not in inspect.signature(bench_auto.run).parameters:  # keep its sweep short here
             mp.setattr(bench_auto, "TURNS", 10, raising=False)
             mp.setattr(bench_auto, "PACES", bench_auto.PACES[:2], raising=False)
+        # a tiny synthetic file in LongMemEval's format (tests/data), so the loader and scoring run
+        mp.setenv("HARNESS_MEMORY_LONGMEMEVAL", str(Path(__file__).parent / "data" / "longmemeval_sample.json"))
         yield {b.key: run_bench(b, quick=True) for b in BENCHES if b.smoke}
 
 
@@ -37,6 +40,14 @@ def test_every_bench_runs_its_smallest_configuration(quick_sections: dict[str, S
         assert section.error is None, f"bench {key} failed:\n{section.error}"
         tables = parse_tables(section.markdown)
         assert tables and all(rows for rows in tables), f"bench {key} printed no table"
+
+
+def test_longmemeval_quick_run_scores_the_sample(quick_sections: dict[str, Section]) -> None:
+    rows = {(r["granularity"], r["ranking"]): r for t in parse_tables(quick_sections["longmemeval"].markdown)
+            for r in t}
+    # one answerable question (the abstention one is left out); its answer is in the dog session only
+    assert rows[("session", "lexical")]["questions"] == "1" and rows[("session", "lexical")]["recall@1"] == "1.000"
+    assert rows[("fact", "lexical")]["questions"] == "1"  # the has_answer turn's exchange
 
 
 def test_concurrency_quick_run_loses_nothing(quick_sections: dict[str, Section]) -> None:
@@ -62,7 +73,7 @@ def test_targets_and_documents_are_built(quick_sections: dict[str, Section]) -> 
     sections = list(quick_sections.values())
     targets = evaluate_targets({s.bench.key: s.markdown for s in sections})
     measured = {t.name: t for t in targets}
-    assert len(targets) == 11  # 7 + trustworthy writes (4; not measured here: bench_trust is no smoke bench)
+    assert len(targets) == 14  # recall's 10 + trustworthy writes (4; bench_trust is no smoke bench)
     assert measured["post-run hook p50 ≤ 1 ms with Redis"].met is not None
     assert measured["metrics cost on the post-run hook and a tool call < 5 %"].met is not None
     assert measured["lexical recall over 1,000 memories: p50 ≤ 10 ms"].met is not None

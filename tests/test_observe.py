@@ -253,7 +253,7 @@ def test_recall_paths_and_light_model_failures(make_config: Callable[..., Memory
     with ScriptedLLM() as llm:
         llm.set_handler(lambda req: error(500, "model down"))
         cfg = make_config(backend="local", model={"model": "m", "base_url": llm.base_url},
-                          recall={"model_above": 0})
+                          recall={"model_above": 0, "confident_margin": None})  # always ask the model
         services = MemoryServices.from_config(cfg)
         t = services.telemetry
         try:

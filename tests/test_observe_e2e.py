@@ -77,7 +77,7 @@ def test_metrics_after_a_scripted_conversation(make_config: Callable[..., Memory
                       auto={"debounce_seconds": 0.1, "max_wait_seconds": 1, "min_interval_seconds": 0,
                             # separate calls, so each purpose is counted on its own
                             "combine_with_summary": False},
-                      recall={"model_above": 0})
+                      recall={"model_above": 0, "confident_margin": None})  # the model picks (its metrics)
     services = MemoryServices.from_config(cfg)
     try:
         for message in TURNS:

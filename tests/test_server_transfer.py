@@ -58,8 +58,8 @@ def user_objects(cfg: MemoryConfig, user: str = "u1") -> dict[str, bytes]:
     """Every object of the user except the manifest (its JSON carries write times) and the last
     commit's intent record (writers' bookkeeping, with a transaction id)."""
     store = services_for(cfg).store
-    return {k: store.get(k).data for k in keys(cfg, f"users/{user}/")
-            if not k.endswith(("/.manifest.json", "/.intent.json"))}
+    derived = ("/.manifest.json", "/.search-index.bin", "/.intent.json")  # import times, transaction ids
+    return {k: store.get(k).data for k in keys(cfg, f"users/{user}/") if not k.endswith(derived)}
 
 
 def manifests(cfg: MemoryConfig, user: str = "u1") -> dict[str, Any]:

@@ -10,7 +10,7 @@ import pytest
 from harness_memory.layout import Place
 from harness_memory.memdir import MemoryDir
 from harness_memory.storage.base import ObjectStore
-from harness_memory.tools import TOOL_NAMES, MemoryTools
+from harness_memory.tools import SEARCH_TOOL_NAME, TOOL_NAMES, MemoryTools
 
 from .test_layout import HOSTILE_FILENAMES
 
@@ -118,9 +118,11 @@ def test_async_twins(tools: MemoryTools) -> None:
     assert out[3].startswith("Updated") and out[4].startswith("Deleted")
 
 
-def test_agno_sees_five_sync_and_five_async_tools(tools: MemoryTools) -> None:
-    assert tuple(tools.functions) == TOOL_NAMES
-    assert tuple(tools.async_functions) == TOOL_NAMES
+def test_agno_sees_six_sync_and_six_async_tools(tools: MemoryTools) -> None:
+    assert tuple(tools.functions) == (*TOOL_NAMES, SEARCH_TOOL_NAME)
+    assert tuple(tools.async_functions) == (*TOOL_NAMES, SEARCH_TOOL_NAME)
+    plain = MemoryTools(tools.own, tools.shared, search=False)  # recall.search_tool=false: the five only
+    assert tuple(plain.functions) == TOOL_NAMES == tuple(plain.async_functions)
     save = tools.functions["save_file"]
     save.process_entrypoint()
     assert set(save.parameters["properties"]) == {"file_name", "content"}

@@ -301,11 +301,15 @@ class MemoryDir:
 
         A file that cannot be indexed (bad frontmatter, unreadable) is skipped and reported in
         ``last_skipped``; it never fails the place. An object whose name is not NFC-normalised
-        (copied from a Mac) is moved to its NFC name, the only name the tools can address."""
+        (copied from a Mac) is moved to its NFC name, the only name the tools can address. The
+        search index is rebuilt from the same reads, still under the place lock."""
+        from ..search.place import rebuild as rebuild_search
+
         skipped: list[tuple[str, str]] = []
         with self.transaction() as txn:
             old = txn.manifest
             fresh: dict[str, ManifestEntry] = {}
+            memories: dict[str, MemoryFile] = {}
             for info in self.store.list(self.place.prefix):
                 rel = self.place.filename_of(info.key)
                 if rel == INDEX_FILE or any(p.startswith(".") for p in rel.split("/")):
@@ -330,12 +334,15 @@ class MemoryDir:
                     txn.write(name, obj.data.decode("utf-8", errors="replace"))
                     txn.discard_key(info.key)  # removed after the NFC copy is committed
                 prior = old.entries.get(name)
+                memories[name] = memory
                 fresh[name] = ManifestEntry.from_memory(
                     name, memory, len(obj.data), created_at=prior.created_at if prior else info.last_modified,
                     now=info.last_modified)
             txn.mutate(lambda m: (m.entries.clear(), m.entries.update(fresh)))
+            manifest = txn.commit().manifest
+            rebuild_search(self, manifest, memories)  # still under the place lock
         self.last_skipped = skipped
-        return _committed(txn).manifest
+        return manifest
 
     # -- internals ------------------------------------------------------------------------
     def commit_manifest(self, mutate: Callable[[Manifest], object],

@@ -238,6 +238,8 @@ class PlaceTxn:
         except BaseException as exc:
             manifest = self._recover(exc, written, bool(writes))
         out = TxnResult(saved=results, manifest=manifest)
+        from ..search.place import after_commit  # SEARCH INDEX: the one call; in step with the manifest, never raises
+        after_commit(d, manifest, {w.file: w.memory for w in writes}, self._deletes, self._clear_entries)
         self._finish(out)
         self.committed = out
         return out

@@ -1,7 +1,10 @@
 """Relevant recall: pick at most five memory files for the user's message and put their text in context.
 
-Pipeline: ``find_relevant_memories`` (light model over one line per memory; BM25 from ``bm25s``
-with jieba-aware tokenisation when there is no model, it fails, or it answers badly) →
+Pipeline: ``find_relevant_memories`` ranks with ``ranking.PlaceRanker`` — BM25 over each place's
+search index (``harness_memory/search``: name, description and the whole body, jieba-aware),
+fused with the semantic tier's vectors when an embeddings endpoint is configured
+(``semantic.py``) — and asks the light model (one line plus a body snippet per candidate) only
+when the ranking leaves a real choice and the model's measured latency fits the deadline →
 ``load_recalled_context`` (one GET per file, concurrent; per-file and total caps; a staleness note
 on memories older than a day) → ``SurfacedTracker`` (files already surfaced in a session are not
 repeated; Redis SET with the session TTL when Redis is configured, else a bounded in-process map).
@@ -29,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 from .context import RecalledFile, load_recalled, load_recalled_context, staleness_note
 from .lexical import ScoredFile, clear_caches, lexical_rank
-from .select import MAX_FILES, build_messages, find_relevant_memories, manifest_line
+from .ranking import PlaceRanker, Places, places_for
+from .select import MAX_FILES, build_messages, find_relevant_memories, manifest_line, skip_reason
 from .service import (
     RecallResult,
     cached_shared_manifest,
@@ -55,6 +59,8 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "MAX_FILES",
+    "PlaceRanker",
+    "Places",
     "RecallPreHook",
     "RecallResult",
     "RecalledFile",
@@ -70,8 +76,10 @@ __all__ = [
     "load_recalled_context",
     "make_recall_pre_hook",
     "manifest_line",
+    "places_for",
     "recall",
     "recall_for_query",
+    "skip_reason",
     "staleness_note",
     "surfaced_tracker",
     "tokenize",

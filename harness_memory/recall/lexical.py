@@ -1,4 +1,8 @@
-"""BM25 ranking of memory files (bm25s) over name, description, tags and, when known, body.
+"""BM25 ranking of memory files (bm25s) over name, description, tags and, when given, the body.
+
+Recall ranks by the places' search index (``harness_memory/search``); this ranking of manifest
+lines is what answers without one (``recall.body_search=false``, direct ``find_relevant_memories``
+calls on a bare manifest) and what the labelled set has always been measured with.
 
 Why the caches: tokenising 1,000 mixed-language descriptions with jieba costs ~150 ms, building
 the bm25s index ~20 ms, answering a query well under 1 ms. Recall runs on every query and the
@@ -29,7 +33,6 @@ if TYPE_CHECKING:
 
 TOKEN_CACHE_SIZE = 50_000
 INDEX_CACHE_SIZE = 64
-BODY_CHARS = 4000  # body text indexed per file (the head of a memory carries its point)
 
 
 class _LRU:
@@ -72,7 +75,7 @@ def cached_tokens(text: str) -> tuple[str, ...]:
 
 
 def document_text(entry: ManifestEntry, body: str | None = None) -> str:
-    """What a memory is searched by: file stem, name, description, tags and the body's head."""
+    """What a memory is searched by: file stem, name, description, tags and the whole body."""
     stem = entry.file[:-3] if entry.file.lower().endswith(".md") else entry.file
     parts = [stem.replace("/", " "), entry.name, entry.description]
     tags = entry.extra.get("tags") if isinstance(entry.extra, dict) else None
@@ -81,7 +84,7 @@ def document_text(entry: ManifestEntry, body: str | None = None) -> str:
     elif isinstance(tags, str):
         parts.append(tags)
     if body:
-        parts.append(body[:BODY_CHARS])
+        parts.append(body)
     return "\n".join(p for p in parts if p)
 
 

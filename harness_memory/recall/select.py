@@ -1,10 +1,15 @@
 """Choosing at most five memory files for a query: the light model first, BM25 when it cannot.
 
-Why the model sees only one line per memory (type, file name, modified time, description): the
-descriptions are written to judge relevance without opening the file, one line each keeps the
-request small and fast, and bodies may hold things that should not leave the store just to rank
-them. With more memories than ``max_candidates`` the lines shown are pre-filtered (best BM25
-matches first, then the most recently modified) so the request stays bounded.
+Why the model sees one line per memory (type, file name, modified time, description) plus, when
+the place's search index has it, the first ~160 characters of the body: the descriptions are
+written to judge relevance without opening the file, and a short head of the body settles the
+cases a description leaves open while keeping the request small. At most ``max_candidates``
+lines are shown (the best matches first, then the most recently modified).
+
+Why the model is often not asked: a ranking over whole bodies is usually right on its own. When
+nothing or at most ``max_files`` memories match, or the best match leads the next clearly
+(``skip_reason``), the ranking answers; so it does while the model's measured latency cannot meet
+the deadline (``llm_latency``). The model is asked when there is a real choice to make.
 
 The answer is untrusted: names not in the manifest (invented, or another user's) are dropped, so
 are files already surfaced in this session, and at most ``max_files`` are kept. When no model is
@@ -17,14 +22,16 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..escape import inline
 from ..llm import LightModel, LLMError, extract_json
+from ..llm_latency import TRACKER
 from ..memdir import Manifest, ManifestEntry
-from .lexical import lexical_rank
+from .lexical import ScoredFile, lexical_rank
 
 log = logging.getLogger(__name__)
 
@@ -58,16 +65,18 @@ def manifest_line(entry: ManifestEntry) -> str:
 
 
 def candidate_entries(query: str, entries: Sequence[ManifestEntry], limit: int,
-                      exclude: frozenset[str] = frozenset()) -> list[ManifestEntry]:
-    """At most ``limit`` entries for the model, ``exclude`` left out: the best BM25 matches, then the
-    most recent; listed newest first."""
+                      exclude: frozenset[str] = frozenset(), ranked: Sequence[ScoredFile] | None = None
+                      ) -> list[ManifestEntry]:
+    """At most ``limit`` entries for the model, ``exclude`` left out: the best matches (``ranked``,
+    else BM25 over the manifest lines), then the most recent; listed newest first."""
     allowed = [e for e in entries if e.file not in exclude]
     if len(allowed) <= limit:
         chosen = allowed
     else:
         by_file = {e.file: e for e in allowed}
-        # ranked over ALL entries (the cached index), so a session's surfaced set costs no rebuild
-        picked = [by_file[s.file] for s in lexical_rank(query, entries, k=limit, exclude=exclude)]
+        if ranked is None:  # ranked over ALL entries (the cached index): a surfaced set costs no rebuild
+            ranked = lexical_rank(query, entries, k=limit, exclude=exclude)
+        picked = [by_file[s.file] for s in ranked[:limit] if s.file in by_file]
         seen = {e.file for e in picked}
         for e in sorted(allowed, key=lambda e: e.updated_at, reverse=True):
             if len(picked) >= limit:
@@ -79,12 +88,18 @@ def candidate_entries(query: str, entries: Sequence[ManifestEntry], limit: int,
     return sorted(chosen, key=lambda e: (-e.updated_at, e.file))
 
 
-def build_messages(query: str, entries: Sequence[ManifestEntry], max_files: int) -> list[dict[str, str]]:
-    """The chat request for the light model: instructions, then the query and one line per memory."""
+def build_messages(query: str, entries: Sequence[ManifestEntry], max_files: int,
+                   snippets: Mapping[str, str] | None = None) -> list[dict[str, str]]:
+    """The chat request for the light model: instructions, then the query and one line per memory
+    (with the first words of its body beneath, when ``snippets`` has them)."""
     q = query.strip()
     if len(q) > QUERY_MAX_CHARS:
         q = q[:QUERY_MAX_CHARS] + " …"
-    lines = "\n".join(manifest_line(e) for e in entries)
+    rows = []
+    for e in entries:
+        snippet = snippets.get(e.file) if snippets else None
+        rows.append(manifest_line(e) + (f"\n    begins: {snippet}" if snippet else ""))
+    lines = "\n".join(rows)
     user = f"User message:\n{q}\n\nMemories ({len(entries)}):\n{lines}\n\nAnswer with the JSON object only."
     return [{"role": "system", "content": SYSTEM_PROMPT.format(max_files=max_files)},
             {"role": "user", "content": user}]
@@ -134,6 +149,26 @@ def resolve_names(names: Iterable[str], known: Mapping[str, ManifestEntry]) -> l
     return out
 
 
+#: Ranks the memories for a query: (query, k, excluded names) → best first, positive scores only.
+Ranker = Callable[[str, int, frozenset[str]], list[ScoredFile]]
+
+
+def skip_reason(ranked: Sequence[ScoredFile], max_files: int, margin: float | None) -> str | None:
+    """Why the model need not pick (``confident``), or None when the ranking leaves a real choice.
+
+    Confident: nothing matches (the model would be shown only recent lines), at most ``max_files``
+    match (all are returned anyway), or the best match leads the next by at least ``margin`` of
+    its score (normalised: ``1 - s2/s1``). ``margin`` None: never confident (always ask)."""
+    if margin is None:
+        return None
+    if len(ranked) <= max_files:
+        return "confident"
+    top, second = ranked[0].score, ranked[1].score
+    if top > 0 and 1 - second / top >= margin:
+        return "confident"
+    return None
+
+
 def find_relevant_memories(
     query: str,
     manifest: Manifest,
@@ -143,51 +178,82 @@ def find_relevant_memories(
     max_files: int = MAX_FILES,
     bodies: Mapping[str, str] | None = None,
     timeout: float = 8.0,
-    max_candidates: int = 200,
+    max_candidates: int = 30,
     model_above: int = 0,
     on_path: Callable[[str], None] | None = None,
+    ranker: Ranker | None = None,
+    snippets: Mapping[str, str] | None = None,
+    confident_margin: float | None = None,
 ) -> list[str]:
     """At most ``max_files`` (≤ 5) file names of ``manifest`` relevant to ``query``, best first.
 
-    ``already_surfaced`` files are never returned (nor shown to the model). ``bodies`` (file →
-    text), when the caller has them, improve the lexical ranking; they are never sent to the model.
-    Never raises for a model failure: the lexical ranking answers instead. The model is only asked
-    when more than ``model_above`` memories are candidates: choosing among a handful is not worth a
-    model call (the lexical ranking returns only files that share words with the query).
-    ``on_path`` is told which path answered: ``model``, ``lexical`` or ``fallback`` (the model
-    was asked but failed or answered unusably, so the lexical ranking answered).
+    ``already_surfaced`` files are never returned (nor shown to the model). ``ranker`` (recall
+    passes the places' search index: name, description and whole body) ranks the files; without
+    it BM25 over the manifest lines (and ``bodies``, file → text, when given) does. ``snippets``
+    (file → the first words of its body) are shown to the model beside each description.
+    The model is asked only when more than ``model_above`` memories are candidates, the ranking
+    is not confident (``skip_reason`` with ``confident_margin``) and its measured latency can meet
+    ``timeout`` (``llm_latency``). Never raises for a model failure: the ranking answers instead.
+    ``on_path`` is told which path answered: ``model``; ``lexical`` (no model, or too few
+    candidates); ``confident`` / ``slow`` (the model was skipped for that reason); ``fallback``
+    (the model was asked but failed or answered unusably).
     """
     max_files = max(1, min(int(max_files), MAX_FILES))
     surfaced = frozenset(already_surfaced)
-    entries = manifest.sorted_entries()
-    if not query or not query.strip() or all(e.file in surfaced for e in entries):
+    known = manifest.entries
+    candidates = len(known) - sum(1 for f in surfaced if f in known)
+    if not query or not query.strip() or candidates <= 0:
         return []
-    candidates = sum(1 for e in entries if e.file not in surfaced)
-    if model is not None and candidates > model_above:
-        picked = _ask_model(query, entries, surfaced, manifest.entries, model, max_files, timeout,
-                            max_candidates)
-        if picked is not None:
-            if on_path is not None:
-                on_path("model")
-            return [f for f in picked if f not in surfaced][:max_files]
+    entries = manifest.sorted_entries() if ranker is None or model is not None else []
+
+    def rank(k: int) -> list[ScoredFile]:
+        if ranker is not None:
+            return ranker(query, k, surfaced)
+        return lexical_rank(query, entries, k=k, exclude=surfaced, bodies=bodies)
+
+    def tell(path: str) -> None:
         if on_path is not None:
-            on_path("fallback")
-    elif on_path is not None:
-        on_path("lexical")
-    return [s.file for s in lexical_rank(query, entries, k=max_files, exclude=surfaced, bodies=bodies)]
+            on_path(path)
+
+    if model is None or candidates <= model_above:
+        tell("lexical")
+        return [s.file for s in rank(max_files)]
+    ranked = rank(max(max_candidates, max_files + 1))
+    reason = skip_reason(ranked, max_files, confident_margin)
+    if reason is None and not TRACKER.can_meet(_model_key(model), "recall", timeout):
+        reason = "slow"
+        log.info("recall: the light model's measured latency (%.1f s) cannot meet the %.1f s deadline; "
+                 "using the ranking", TRACKER.expected(_model_key(model), "recall") or 0.0, timeout)
+    if reason is not None:
+        tell(reason)
+        return [s.file for s in ranked[:max_files]]
+    shown = candidate_entries(query, entries, max_candidates, surfaced, ranked)
+    picked = _ask_model(query, shown, manifest.entries, model, max_files, timeout, snippets)
+    if picked is not None:
+        tell("model")
+        return [f for f in picked if f not in surfaced][:max_files]
+    tell("fallback")
+    return [s.file for s in ranked[:max_files]]
 
 
-def _ask_model(query: str, entries: list[ManifestEntry], surfaced: frozenset[str],
-               known: Mapping[str, ManifestEntry], model: LightModel, max_files: int, timeout: float,
-               max_candidates: int) -> list[str] | None:
-    """The model's pick, or None when it failed or answered unusably (the caller falls back)."""
-    shown = candidate_entries(query, entries, max_candidates, surfaced)
+def _model_key(model: LightModel) -> str:
+    """Latency is the model's at that endpoint (the same id may be served fast and slow)."""
+    return f"{model.model}@{model.base_url}"
+
+
+def _ask_model(query: str, shown: list[ManifestEntry], known: Mapping[str, ManifestEntry], model: LightModel,
+               max_files: int, timeout: float, snippets: Mapping[str, str] | None) -> list[str] | None:
+    """The model's pick, or None when it failed or answered unusably (the caller falls back).
+    Its latency is recorded (a failure counts as the whole deadline) for ``llm_latency``."""
+    started = time.monotonic()
     try:
-        result = model.complete(build_messages(query, shown, max_files), json_mode=True,
+        result = model.complete(build_messages(query, shown, max_files, snippets), json_mode=True,
                                 max_tokens=ANSWER_MAX_TOKENS, timeout=timeout, purpose="recall")
     except LLMError as exc:
+        TRACKER.record(_model_key(model), "recall", max(timeout, time.monotonic() - started))
         log.info("recall: light model unavailable (%s); using lexical ranking", exc)
         return None
+    TRACKER.record(_model_key(model), "recall", time.monotonic() - started)
     names = _answer_names(extract_json(result.text))
     if names is None:
         log.info("recall: light model answer has no file list (%d chars); using lexical ranking", len(result.text))
@@ -201,5 +267,5 @@ def _ask_model(query: str, entries: list[ManifestEntry], surfaced: frozenset[str
     return picked
 
 
-__all__ = ["SYSTEM_PROMPT", "build_messages", "candidate_entries", "find_relevant_memories", "format_time",
-           "manifest_line", "resolve_names"]
+__all__ = ["SYSTEM_PROMPT", "Ranker", "build_messages", "candidate_entries", "find_relevant_memories", "format_time",
+           "manifest_line", "resolve_names", "skip_reason"]

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..memdir import Manifest, MemoryDir
 from ..services import MemoryServices
 from .context import SHARED_PREFIX, load_recalled
+from .ranking import PlaceRanker, places_for
 from .select import find_relevant_memories
+from .semantic import semantic_tier
 from .surfaced import SurfacedTracker
 
 log = logging.getLogger(__name__)
@@ -33,6 +36,28 @@ class RecallResult:
 
 
 EMPTY = RecallResult("", (), ())
+
+
+class _LazySnippets(Mapping[str, str]):
+    """The ranker's body snippets, gathered only if the model is actually asked."""
+
+    def __init__(self, ranker: PlaceRanker) -> None:
+        self._ranker = ranker
+        self._data: dict[str, str] | None = None
+
+    def _all(self) -> dict[str, str]:
+        if self._data is None:
+            self._data = self._ranker.snippets()
+        return self._data
+
+    def __getitem__(self, key: str) -> str:
+        return self._all()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
 
 
 def surfaced_tracker(services: MemoryServices) -> SurfacedTracker:
@@ -91,10 +116,16 @@ def _recall(services: MemoryServices, user_id: str, agent_type: str, query: str,
     surfaced = (tracker.surfaced(session_id, user_id=user_id, agent_type=agent_type)
                 if tracker is not None and session_id else frozenset())
     model = services.light_model() if cfg.use_model else None
+    ranker = None
+    if cfg.body_search:
+        shared_manifest = cached_shared_manifest(services, shared)
+        ranker = PlaceRanker(places_for(own, manifest, shared, shared_manifest), semantic_tier(services))
     chosen = find_relevant_memories(query, combined, already_surfaced=surfaced, model=model,
                                     max_files=cfg.max_files, timeout=cfg.model_timeout,
                                     max_candidates=cfg.max_candidates, model_above=cfg.model_above,
-                                    on_path=lambda path: setattr(op, "path", path))
+                                    on_path=lambda path: setattr(op, "path", path), ranker=ranker,
+                                    snippets=_LazySnippets(ranker) if ranker is not None else None,
+                                    confident_margin=cfg.confident_margin)
     if not chosen:
         return EMPTY
     text, rendered = load_recalled(own, chosen, config=cfg, shared=shared, entries=combined.entries,
