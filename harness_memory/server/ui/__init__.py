@@ -1,0 +1,69 @@
+"""The ``/ui`` page: static HTML, ES modules and CSS shipped inside the package.
+
+Why served like this: no CDN and no Node build — the files in ``static/`` are what the browser
+runs. Only names listed in ``static/`` are served (no path ever reaches the file system from
+the URL), each with a Content-Security-Policy that allows scripts from this origin only (no
+inline script, no ``eval``) and refuses framing. The page holds no data of its own: it calls the
+JSON API beside it with the same credentials as any client (``wid`` from the gateway, or the
+token and user id typed into its login form, kept in ``sessionStorage``).
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from fastapi import APIRouter
+from fastapi.responses import RedirectResponse, Response
+
+from ..errors import ApiError
+
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+       "font-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-cache",
+}
+MEDIA = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
+         ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
+
+
+def static_files() -> dict[str, bytes]:
+    """Every asset by name (read once at router build; a few dozen KB)."""
+    root = resources.files(__package__) / "static"
+    return {p.name: p.read_bytes() for p in root.iterdir()
+            if p.is_file() and any(p.name.endswith(ext) for ext in MEDIA)}
+
+
+def ui_router(prefix: str = "/ui") -> APIRouter:
+    """The page at ``{prefix}/`` and its assets; mount it beside ``memory_router`` (same prefix root)."""
+    files = static_files()
+    router = APIRouter(include_in_schema=False)
+
+    @router.get(prefix)
+    def to_page() -> RedirectResponse:
+        # Relative, so it also works when a gateway serves us below a path prefix.
+        return RedirectResponse(prefix.rsplit("/", 1)[-1] + "/", status_code=308)
+
+    @router.get(prefix + "/")
+    def page() -> Response:
+        return _asset(files, "index.html")
+
+    @router.get(prefix + "/{name}")
+    def asset(name: str) -> Response:
+        return _asset(files, name)
+
+    return router
+
+
+def _asset(files: dict[str, bytes], name: str) -> Response:
+    data = files.get(name)
+    if data is None:
+        raise ApiError(404, f"there is no page asset {name!r}", "not_found")
+    media = MEDIA["." + name.rsplit(".", 1)[-1]]
+    return Response(data, media_type=media, headers=SECURITY_HEADERS)
+
+
+__all__ = ["CSP", "ui_router"]

@@ -1,0 +1,121 @@
+// The memory page: sign-in, then the person's views (memories, facts & profile, export &
+// import) and, with the admin token, the operator's. Views are chosen by the URL hash.
+import { api, ApiError, creds } from './api.js';
+import { clear, h } from './dom.js';
+import { factsView } from './facts.js';
+import { editorView, memoriesView } from './memories.js';
+import { operatorView } from './operator.js';
+import { transferView } from './transfer.js';
+
+const VIEW_USER = 'hm.viewUser';
+let who = null;
+
+function $(id) { return document.getElementById(id); }
+
+function subject() {
+  // An operator may open any user's memory; a person always acts as themself ("me").
+  if (who.admin) return sessionStorage.getItem(VIEW_USER) || who.user_id;
+  return 'me';
+}
+
+function userBase() {
+  return `/users/${encodeURIComponent(subject())}`;
+}
+
+function places() {
+  const agent = encodeURIComponent(who.agent_type);
+  return {
+    mine: { route: 'memory', base: `${userBase()}/agents/${agent}/memory`, editable: true,
+      title: 'Memories', label: `agent-memory/${who.agent_type}`,
+      hint: 'What the assistant saved about you, your feedback, your projects and references. Open one to correct it.' },
+    shared: { route: 'shared', base: `/shared/agents/${agent}/memory`, editable: true,
+      title: 'Shared agent memory', label: `agent-memory/${who.agent_type} (shared)`, hint: 'Shared by every user.' },
+  };
+}
+
+async function boot() {
+  $('login-form').addEventListener('submit', login);
+  window.addEventListener('hashchange', route);
+  try {
+    who = await api('GET', '/whoami');
+  } catch (e) {
+    showLogin(e instanceof ApiError && e.status === 401 && (creds.token || creds.wid) ? e.message : '');
+    return;
+  }
+  signedIn();
+}
+
+function showLogin(message) {
+  $('login').hidden = false;
+  $('nav').hidden = true;
+  clear($('view'));
+  $('login-error').textContent = message || '';
+}
+
+async function login(event) {
+  event.preventDefault();
+  creds.save($('login-token').value.trim(), $('login-user').value.trim());
+  try {
+    who = await api('GET', '/whoami');
+  } catch (e) {
+    creds.clear();
+    $('login-error').textContent = e.message;
+    return;
+  }
+  $('login').hidden = true;
+  signedIn();
+}
+
+function signedIn() {
+  $('login').hidden = true;
+  $('nav').hidden = false;
+  $('nav-operator').hidden = !who.admin;
+  const out = h('button', { type: 'button', class: 'small secondary', id: 'logout', on: { click: () => {
+    creds.clear(); sessionStorage.removeItem(VIEW_USER); location.hash = ''; location.reload();
+  } } }, 'Sign out');
+  const label = who.admin ? 'Operator · viewing ' : 'Signed in as ';
+  clear($('who')).append(label, h('b', { id: 'who-user' }, (who.admin ? subject() : who.user_id) || '(no user)'), ' ', out);
+  route();
+}
+
+let ticket = 0;
+
+async function route() {
+  if (!who) return;
+  const mine = ++ticket;
+  const host = $('view');
+  delete host.dataset.ready;
+  const view = h('div', { class: 'view' });
+  const [name, ...rest] = location.hash.replace(/^#\/?/, '').split('/');
+  const arg = rest.length ? decodeURIComponent(rest.join('/')) : '';
+  for (const link of document.querySelectorAll('#nav a')) {
+    link.classList.toggle('active', link.dataset.view === (name || 'memories') ||
+      (name === 'memory' && link.dataset.view === 'memories'));
+  }
+  const p = places();
+  try {
+    if (!subject() && name !== 'operator' && name !== 'shared') {
+      location.hash = '#/operator';
+      return;
+    }
+    if (name === 'memory' && arg) await editorView(view, p.mine, arg === 'new' ? '' : arg, '#/memories');
+    else if (name === 'shared' && arg) await editorView(view, p.shared, arg === 'new' ? '' : arg, '#/operator');
+    else if (name === 'facts') await factsView(view, userBase());
+    else if (name === 'transfer') transferView(view, userBase(), subject());
+    else if (name === 'operator' && who.admin) await operatorView(view, who, openUser);
+    else await memoriesView(view, p.mine, {});
+  } catch (e) {
+    view.append(h('p', { class: 'error', id: 'view-error', role: 'alert' }, e.message));
+  }
+  if (mine !== ticket) return; // a newer navigation owns the page
+  clear(host).append(view);
+  host.dataset.ready = name || 'memories';
+}
+
+function openUser(user) {
+  sessionStorage.setItem(VIEW_USER, user);
+  signedIn();
+  location.hash = '#/memories';
+}
+
+boot();

@@ -1,0 +1,144 @@
+// Agent memories of one place: listed by type (paged: a place may hold thousands), opened in a
+// form (frontmatter fields + markdown body with a live preview), saved, deleted. The server
+// composes and validates the file, so a bad edit shows the tools' own message.
+import { api, seg } from './api.js';
+import { bytes, clear, confirmBox, h, toast, when } from './dom.js';
+import { renderMarkdown } from './md.js';
+
+export const TYPES = ['user', 'feedback', 'project', 'reference'];
+const TYPE_LABEL = { user: 'About you', feedback: 'How you want things done', project: 'Projects', reference: 'References' };
+const PAGE = 50;
+
+export async function memoriesView(view, place, route) {
+  const data = await api('GET', place.base);
+  const files = data.files;
+  const counts = Object.fromEntries(TYPES.map((t) => [t, files.filter((f) => f.type === t).length]));
+  const state = { type: route.type || '', query: '', page: 0 };
+  const list = h('div', { id: 'memory-list' });
+  const pager = h('div', { class: 'pager', id: 'pager' });
+  const search = h('input', { type: 'search', id: 'memory-filter', placeholder: 'Filter by name or description',
+    'aria-label': 'Filter memories' });
+  const chips = h('div', { class: 'chips', role: 'tablist' });
+
+  const draw = () => {
+    const q = state.query.toLowerCase();
+    const shown = files
+      .filter((f) => !state.type || f.type === state.type)
+      .filter((f) => !q || f.name.toLowerCase().includes(q) || f.description.toLowerCase().includes(q) ||
+        f.file.toLowerCase().includes(q))
+      .sort((a, b) => typeOrder(a.type) - typeOrder(b.type) || b.updated_at - a.updated_at);
+    const pages = Math.max(1, Math.ceil(shown.length / PAGE));
+    state.page = Math.min(state.page, pages - 1);
+    const slice = shown.slice(state.page * PAGE, (state.page + 1) * PAGE);
+    clear(list);
+    let lastType = null;
+    for (const f of slice) {
+      if (f.type !== lastType) {
+        list.append(h('h3', { class: 'type-head' }, TYPE_LABEL[f.type] || f.type || 'Other',
+          h('span', { class: 'muted' }, ` · ${f.type}`)));
+        lastType = f.type;
+      }
+      list.append(row(place, f));
+    }
+    if (!slice.length) list.append(h('p', { class: 'empty', id: 'memory-empty' }, files.length
+      ? 'No memory matches.' : 'The assistant has not saved any memory here yet.'));
+    clear(pager).append(
+      h('button', { type: 'button', id: 'page-prev', disabled: state.page === 0,
+        on: { click: () => { state.page--; draw(); } } }, '‹ Previous'),
+      h('span', { id: 'page-info' }, shown.length
+        ? `${state.page * PAGE + 1}–${state.page * PAGE + slice.length} of ${shown.length}` : '0 of 0'),
+      h('button', { type: 'button', id: 'page-next', disabled: state.page >= pages - 1,
+        on: { click: () => { state.page++; draw(); } } }, 'Next ›'));
+    for (const chip of chips.children) chip.classList.toggle('active', chip.dataset.type === state.type);
+  };
+
+  for (const t of ['', ...TYPES]) {
+    chips.append(h('button', { type: 'button', class: 'chip', dataset: { type: t }, role: 'tab',
+      on: { click: () => { state.type = t; state.page = 0; draw(); } } },
+    t ? `${t} (${counts[t]})` : `all (${files.length})`));
+  }
+  search.addEventListener('input', () => { state.query = search.value; state.page = 0; draw(); });
+  view.append(h('section', { class: 'card' },
+    h('div', { class: 'row spread' },
+      h('h2', {}, place.title, h('span', { class: 'muted', id: 'memory-count' }, ` · ${files.length} memories`)),
+      place.editable ? h('a', { class: 'button', href: `#/${place.route}/new`, id: 'new-memory' }, 'New memory') : null),
+    h('p', { class: 'hint' }, place.hint),
+    h('div', { class: 'row' }, chips, search), list, pager));
+  draw();
+}
+
+function typeOrder(t) {
+  const i = TYPES.indexOf(t);
+  return i < 0 ? TYPES.length : i;
+}
+
+function row(place, f) {
+  return h('article', { class: 'memory', dataset: { file: f.file } },
+    h('div', { class: 'row spread' },
+      h('a', { class: 'memory-name', href: `#/${place.route}/${encodeURIComponent(f.file)}` }, f.name),
+      h('span', { class: 'muted' }, `${f.type} · ${bytes(f.size)} · changed ${when(f.updated_at)}`)),
+    h('p', { class: 'memory-desc' }, f.description));
+}
+
+export async function editorView(view, place, file, back) {
+  const creating = !file;
+  const form = creating
+    ? { file: '', name: '', description: '', type: 'user', body: '', etag: null, last_modified: 0 }
+    : await api('GET', `${place.base}/fields/${seg(file)}`);
+  const err = h('div', { class: 'error', id: 'form-error', role: 'alert' });
+  const fileIn = h('input', { type: 'text', id: 'f-file', value: form.file, readOnly: !creating,
+    placeholder: 'topic_name.md' });
+  const nameIn = h('input', { type: 'text', id: 'f-name', value: form.name });
+  const descIn = h('input', { type: 'text', id: 'f-description', value: form.description });
+  const typeIn = h('select', { id: 'f-type' }, [...new Set([...TYPES, form.type])].map((t) =>
+    h('option', { value: t, selected: t === form.type }, t)));
+  const bodyIn = h('textarea', { id: 'f-body', rows: 14, value: form.body });
+  bodyIn.value = form.body;
+  const preview = h('div', { class: 'preview md', id: 'f-preview' });
+  const redraw = () => clear(preview).append(renderMarkdown(bodyIn.value));
+  bodyIn.addEventListener('input', redraw);
+  redraw();
+  let etag = form.etag;
+
+  const save = async (event) => {
+    event.preventDefault();
+    err.textContent = '';
+    const name = creating ? fileIn.value.trim() : form.file;
+    const headers = creating ? { 'If-None-Match': '*' } : { 'If-Match': `"${etag}"` };
+    try {
+      const saved = await api('PUT', `${place.base}/fields/${seg(name)}`, { headers,
+        json: { name: nameIn.value, description: descIn.value, type: typeIn.value, body: bodyIn.value } });
+      toast(`Saved ${saved.file}`);
+      location.hash = back;
+    } catch (e) {
+      err.textContent = e.message;
+    }
+  };
+  const remove = () => {
+    view.append(confirmBox(`Delete the memory “${form.name}”? The assistant will no longer know it.`, 'delete',
+      async () => {
+        try {
+          await api('DELETE', `${place.base}/files/${seg(form.file)}`);
+          toast(`Deleted ${form.file}`);
+          location.hash = back;
+        } catch (e) { err.textContent = e.message; }
+      }));
+  };
+  view.append(h('section', { class: 'card editor' },
+    h('h2', {}, creating ? 'New memory' : form.name),
+    creating ? null : h('p', { class: 'muted' }, `${place.label}/${form.file} · changed ${when(form.last_modified)}`),
+    h('form', { id: 'memory-form', on: { submit: save } },
+      h('label', {}, 'File', fileIn),
+      h('label', {}, 'Name', nameIn),
+      h('label', {}, 'Description (one line: what this memory holds)', descIn),
+      h('label', {}, 'Type', typeIn),
+      h('div', { class: 'split' },
+        h('label', {}, 'Body (markdown)', bodyIn),
+        h('div', {}, h('span', { class: 'label' }, 'Preview'), preview)),
+      err,
+      h('div', { class: 'row' },
+        place.editable ? h('button', { type: 'submit', id: 'save' }, 'Save') : null,
+        !creating && place.editable ? h('button', { type: 'button', class: 'danger', id: 'delete',
+          on: { click: remove } }, 'Delete') : null,
+        h('a', { class: 'button secondary', href: back, id: 'cancel' }, 'Back')))));
+}
