@@ -8,8 +8,11 @@ Screenshots of the main pages go to ``tests.ui_browser.ARTIFACTS``.
 
 from __future__ import annotations
 
+import functools
+import http.server
 import json
 import re
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -361,3 +364,38 @@ def test_operator_view(browser: Any, server: LiveServer, llm_server: ScriptedLLM
     ready(page)
     assert page.inner_text("#who-user") == "u1"
     assert page.locator("article.memory[data-file='user_role.md']").count() == 1
+
+
+class QuietFiles(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def test_a_foreign_page_cannot_write_through_the_gateway(browser: Any, server: LiveServer, tmp_path: Path) -> None:
+    """CSRF: the gateway adds u1's credentials to every request of u1's browser, also to a form
+    another site makes it submit. Snapshot replace (no body) would drop u1's memories."""
+    server.services.user_agent_dir("u1").save("user_role.md", AGENT_MEMORY)
+    victim = server.url.replace("127.0.0.1", "localhost")  # another site than the attacker's 127.0.0.1
+    (tmp_path / "prize.html").write_text(
+        f'<form id="f" method="POST" action="{victim}/users/me/agents/default/snapshot/replace">'
+        f'<button id="go">win a prize</button></form>'
+        f'<form id="g" method="POST" enctype="text/plain" action="{victim}/users/me/facts">'
+        '<input name=\'{"content": "planted", "x": "\' value=\'"}\'><button id="go2">more</button></form>',
+        encoding="utf-8")
+    handler = functools.partial(QuietFiles, directory=str(tmp_path))
+    attacker = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=attacker.serve_forever, daemon=True).start()
+    try:
+        context = browser.new_context(extra_http_headers={"wid": "u1", "Authorization": f"Bearer {TOKEN}"})
+        page = context.new_page()
+        for button in ("#go", "#go2"):
+            page.goto(f"http://127.0.0.1:{attacker.server_address[1]}/prize.html")
+            with page.expect_navigation():
+                page.click(button)
+            assert '"code": "cross_site"' in page.content()
+    finally:
+        attacker.shutdown()
+        attacker.server_close()
+    assert stored(server, "u1", "user_role.md") == AGENT_MEMORY
+    assert stored(server, "u1", "feedback_dates.md") is None  # the snapshot was not copied in
+    assert server.services.auto_memory().list_facts("u1") == []

@@ -1,0 +1,133 @@
+"""The API the ``/ui`` page added (form fields, whoami, places), its assets and the cross-site guard.
+
+HTTP-level checks on SeaweedFS + Redis; the browser itself is in ``test_ui_browser``. Writes are
+checked in the store, refusals by what stayed unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from harness_memory.config import MemoryConfig
+from harness_memory.memdir import parse_memory
+from harness_memory.server.csrf import cross_site_reason
+from harness_memory.services import services_for
+
+from .test_server_memory import ADMIN, BASE, api, error_of, stored
+
+MakeConfig = Callable[..., MemoryConfig]
+FILE = "users/u1/agent-memory/default/role.md"
+ROLE = ("---\nname: role\ndescription: frontend engineer\ntype: user\nsource: interview\ntags: [vue, ts]\n"
+        "---\n\nTypeScript.\n")
+FORM = {"name": "role", "description": "frontend: Vue 3 # not a comment", "type": "user", "body": "**Vue 3**"}
+
+
+@pytest.fixture
+def cfg(make_config: MakeConfig) -> MemoryConfig:
+    return make_config(backend="cos", redis=True, server={"admin_token": ADMIN})
+
+
+async def test_fields_read_and_save_keep_extras_and_guard_concurrent_edits(cfg: MemoryConfig) -> None:
+    services_for(cfg).user_agent_dir("u1").save("role.md", ROLE)
+    async with api(cfg, wid="u1") as c:
+        form = (await c.get(f"{BASE}/fields/role.md")).json()
+        assert (form["name"], form["description"], form["type"]) == ("role", "frontend engineer", "user")
+        assert form["body"] == "TypeScript.\n" and form["extra"] == {"source": "interview", "tags": ["vue", "ts"]}
+
+        saved = await c.put(f"{BASE}/fields/role.md", json=FORM, headers={"If-Match": f'"{form["etag"]}"'})
+        assert saved.status_code == 200, saved.text
+        memory = parse_memory((stored(cfg, FILE) or b"").decode())
+        assert memory.description == FORM["description"] and memory.body.strip() == "**Vue 3**"
+        assert memory.extra == {"source": "interview", "tags": ["vue", "ts"]}  # the form's hidden keys survive
+        index = (stored(cfg, "users/u1/agent-memory/default/MEMORY.md") or b"").decode()
+        assert "frontend: Vue 3 # not a comment" in index
+
+        before = stored(cfg, FILE)
+        stale = await c.put(f"{BASE}/fields/role.md", json={**FORM, "body": "lost"},
+                            headers={"If-Match": f'"{form["etag"]}"'})
+        assert stale.status_code == 412 and "changed since you opened it" in error_of(stale)["detail"]
+        assert stored(cfg, FILE) == before
+
+        exists = await c.put(f"{BASE}/fields/role.md", json=FORM, headers={"If-None-Match": "*"})
+        assert exists.status_code == 412 and "already exists" in error_of(exists)["detail"]
+        created = await c.put(f"{BASE}/fields/新的.md", json=FORM, headers={"If-None-Match": "*"})
+        assert created.status_code == 201 and created.json()["entry"]["description"] == FORM["description"]
+
+        bad = await c.put(f"{BASE}/fields/role.md", json={**FORM, "type": "opinion"})
+        assert bad.status_code == 422 and error_of(bad)["detail"] == (
+            "type 'opinion' is not one of: user, feedback, project, reference")
+        assert stored(cfg, FILE) == before
+        missing = await c.get(f"{BASE}/fields/none.md")
+        assert missing.status_code == 404
+
+
+async def test_whoami_and_places(cfg: MemoryConfig) -> None:
+    services_for(cfg).user_agent_dir("u1").save("role.md", ROLE)
+    services_for(cfg).user_agent_dir("u2").save("role.md", ROLE)
+    async with api(cfg, wid="u1") as c:
+        me = (await c.get("/whoami")).json()
+        assert me["user_id"] == "u1" and me["admin"] is False and me["agent_type"] == "default"
+        refused = await c.get("/places")
+        assert refused.status_code == 403
+    async with api(cfg) as c:
+        assert (await c.get("/whoami")).status_code == 401  # nobody: the page shows its login form
+    async with api(cfg, authorization=f"Bearer {ADMIN}") as c:
+        op = (await c.get("/whoami")).json()
+        assert op["admin"] is True and op["user_id"] is None
+        places = (await c.get("/places")).json()
+        assert places["users"] == 2
+        rows = {p["path"]: p for p in places["places"]}
+        row = rows["users/u1/agent-memory/default"]
+        assert row["files"] == 1 and row["user_id"] == "u1" and row["bytes"] > len(ROLE)
+
+
+async def test_page_assets_and_security_headers(cfg: MemoryConfig) -> None:
+    async with api(cfg) as c:
+        moved = await c.get("/ui")
+        assert moved.status_code == 308 and moved.headers["location"] == "ui/"
+        page = await c.get("/ui/")
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        csp = page.headers["content-security-policy"]
+        assert "script-src 'self'" in csp and "'unsafe-inline'" not in csp and "'unsafe-eval'" not in csp
+        assert page.headers["x-content-type-options"] == "nosniff"
+        js = await c.get("/ui/app.js")
+        assert js.headers["content-type"].startswith("text/javascript") and b"import" in js.content
+        for name in ("../app.py", "..%2Fapp.py", "nope.js", "__init__.py"):
+            assert (await c.get(f"/ui/{name}")).status_code == 404
+
+
+@pytest.mark.parametrize(("headers", "refused"), [
+    ({}, False),  # a program: no browser markers
+    ({"sec-fetch-site": "same-origin", "origin": "http://memory.test", "x-harness-memory": "ui"}, False),
+    ({"sec-fetch-site": "cross-site", "x-harness-memory": "ui"}, True),
+    ({"sec-fetch-site": "same-site", "x-harness-memory": "ui"}, True),
+    ({"origin": "http://evil.test", "x-harness-memory": "ui"}, True),
+    ({"origin": "null", "x-harness-memory": "ui"}, True),
+    ({"sec-fetch-site": "same-origin", "origin": "http://memory.test"}, True),  # no custom header
+])
+async def test_cross_site_writes_are_refused(cfg: MemoryConfig, headers: dict[str, str], refused: bool) -> None:
+    async with api(cfg, wid="u1") as c:
+        r = await c.post(f"{BASE}/files", json={"file": "x.md", "content": ROLE}, headers=headers)
+        assert (r.status_code == 403) is refused, r.text
+        assert (stored(cfg, "users/u1/agent-memory/default/x.md") is None) is refused
+        if refused:
+            assert error_of(r)["code"] == "cross_site"
+        reads = await c.get(BASE, headers=headers)  # reads are never refused by the guard
+        assert reads.status_code == 200
+
+
+def test_cross_site_reason_uses_the_forwarded_host() -> None:
+    base = {"origin": "https://memory.example.com", "x-harness-memory": "ui", "sec-fetch-site": "same-origin"}
+    assert cross_site_reason("PUT", {**base, "host": "10.0.0.5:8765"}) is not None
+    assert cross_site_reason("PUT", {**base, "host": "10.0.0.5:8765", "x-forwarded-host": "memory.example.com"}) is None
+    assert cross_site_reason("GET", {"origin": "http://evil.test", "sec-fetch-site": "cross-site"}) is None
+
+
+async def test_json_bodies_need_the_json_content_type(cfg: MemoryConfig) -> None:
+    """What an HTML form can send (text/plain) is not taken as a JSON body."""
+    async with api(cfg, wid="u1") as c:
+        r = await c.post("/users/me/facts", content=b'{"content": "planted"}', headers={"content-type": "text/plain"})
+        assert r.status_code == 422
+        assert (await c.get("/users/me/facts")).json()["count"] == 0
