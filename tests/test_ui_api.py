@@ -131,3 +131,26 @@ async def test_json_bodies_need_the_json_content_type(cfg: MemoryConfig) -> None
         r = await c.post("/users/me/facts", content=b'{"content": "planted"}', headers={"content-type": "text/plain"})
         assert r.status_code == 422
         assert (await c.get("/users/me/facts")).json()["count"] == 0
+
+
+async def test_listing_filters_and_pages_on_the_server(cfg: MemoryConfig) -> None:
+    types = ("user", "feedback", "project", "reference")
+    mdir = services_for(cfg).user_agent_dir("u1")
+    mdir.save_many([(f"m{i:03d}.md", f"---\nname: memory {i}\ndescription: fact {i} 记忆\n"
+                     f"type: {types[i % 4]}\n---\n\nx\n") for i in range(30)])
+    mdir.save("m005.md", "---\nname: memory 5\ndescription: fact 5 changed\ntype: feedback\n---\n\nx\n")
+    async with api(cfg, wid="u1") as c:
+        everything = (await c.get(BASE)).json()
+        assert everything["count"] == everything["matched"] == 30 and len(everything["files"]) == 30
+        assert everything["types"] == {"user": 8, "feedback": 8, "project": 7, "reference": 7}
+        page = (await c.get(BASE, params={"limit": 10, "offset": 0, "order": "type"})).json()
+        assert page["count"] == 10 and page["matched"] == 30
+        assert [f["type"] for f in page["files"]] == ["user"] * 8 + ["feedback"] * 2
+        assert page["files"][8]["file"] == "m005.md"  # the most recently changed feedback first
+        last = (await c.get(BASE, params={"limit": 10, "offset": 25, "order": "type"})).json()
+        assert last["count"] == 5 and all(f["type"] == "reference" for f in last["files"])
+        found = (await c.get(BASE, params={"q": "FACT 1", "type": "feedback"})).json()
+        assert sorted(f["file"] for f in found["files"]) == ["m001.md", "m013.md", "m017.md"]
+        assert found["matched"] == 3
+        assert (await c.get(BASE, params={"q": "记忆"})).json()["matched"] == 29
+        assert (await c.get(BASE, params={"limit": 0})).status_code == 422

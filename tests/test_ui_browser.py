@@ -399,3 +399,22 @@ def test_a_foreign_page_cannot_write_through_the_gateway(browser: Any, server: L
     assert stored(server, "u1", "user_role.md") == AGENT_MEMORY
     assert stored(server, "u1", "feedback_dates.md") is None  # the snapshot was not copied in
     assert server.services.auto_memory().list_facts("u1") == []
+
+
+def test_a_large_place_is_paged_and_filtered(browser: Any, server: LiveServer) -> None:
+    types = ("user", "feedback", "project", "reference")
+    server.services.user_agent_dir("u1").save_many([
+        (f"m{i:03d}.md", f"---\nname: memory {i}\ndescription: fact {i}\ntype: {types[i % 4]}\n---\n\nx\n")
+        for i in range(120)])
+    page = gateway_page(browser, server, "u1")
+    ready(page)
+    assert page.locator("article.memory").count() == 50
+    assert page.inner_text("#page-info") == "1–50 of 120" and "120 memories" in page.inner_text("#memory-count")
+    page.click("#page-next")
+    page.wait_for_selector("#page-info:has-text('51–100 of 120')", timeout=WAIT)
+    page.click(".chip[data-type='reference']")
+    page.wait_for_selector("#page-info:has-text('1–30 of 30')", timeout=WAIT)
+    page.fill("#memory-filter", "fact 11")
+    page.wait_for_selector("#page-info:has-text('1–4 of 4')", timeout=WAIT)  # references (i % 4 == 3) only
+    files = {page.locator("article.memory").nth(i).get_attribute("data-file") for i in range(4)}
+    assert files == {"m011.md", "m111.md", "m115.md", "m119.md"}

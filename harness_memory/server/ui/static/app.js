@@ -3,12 +3,14 @@
 import { api, ApiError, creds } from './api.js';
 import { clear, h } from './dom.js';
 import { factsView } from './facts.js';
-import { editorView, memoriesView } from './memories.js';
+import { editorView, listPath, memoriesView } from './memories.js';
 import { operatorView } from './operator.js';
 import { transferView } from './transfer.js';
 
 const VIEW_USER = 'hm.viewUser';
+const FIRST_VIEW = { route: 'memory', base: '/users/me/agents/default/memory' };
 let who = null;
+let early = null; // the first page of memories, asked for beside /whoami (most visits open it)
 
 function $(id) { return document.getElementById(id); }
 
@@ -36,6 +38,9 @@ function places() {
 async function boot() {
   $('login-form').addEventListener('submit', login);
   window.addEventListener('hashchange', route);
+  if (/^#?\/?(memories)?$/.test(location.hash) && !sessionStorage.getItem(VIEW_USER)) {
+    early = api('GET', listPath(FIRST_VIEW, { type: '', query: '', page: 0 })).catch(() => null);
+  }
   try {
     who = await api('GET', '/whoami');
   } catch (e) {
@@ -83,6 +88,8 @@ let ticket = 0;
 async function route() {
   if (!who) return;
   const mine = ++ticket;
+  const prefetched = early; // only the first view may use it: later ones must see later changes
+  early = null;
   const host = $('view');
   delete host.dataset.ready;
   const view = h('div', { class: 'view' });
@@ -103,7 +110,10 @@ async function route() {
     else if (name === 'facts') await factsView(view, userBase());
     else if (name === 'transfer') transferView(view, userBase(), subject());
     else if (name === 'operator' && who.admin) await operatorView(view, who, openUser);
-    else await memoriesView(view, p.mine, {});
+    else {
+      const first = subject() === 'me' && p.mine.base === FIRST_VIEW.base ? prefetched : null;
+      await memoriesView(view, p.mine, first);
+    }
   } catch (e) {
     view.append(h('p', { class: 'error', id: 'view-error', role: 'alert' }, e.message));
   }

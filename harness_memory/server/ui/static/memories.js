@@ -9,30 +9,41 @@ export const TYPES = ['user', 'feedback', 'project', 'reference'];
 const TYPE_LABEL = { user: 'About you', feedback: 'How you want things done', project: 'Projects', reference: 'References' };
 const PAGE = 50;
 
-export async function memoriesView(view, place, route) {
-  const data = await api('GET', place.base);
-  const files = data.files;
-  const counts = Object.fromEntries(TYPES.map((t) => [t, files.filter((f) => f.type === t).length]));
-  const state = { type: route.type || '', query: '', page: 0 };
+export function listPath(place, state) {
+  const params = new URLSearchParams({ limit: String(PAGE), offset: String(state.page * PAGE), order: 'type' });
+  if (state.type) params.set('type', state.type);
+  if (state.query.trim()) params.set('q', state.query.trim());
+  return `${place.base}?${params}`;
+}
+
+// The server filters and pages (a place may hold thousands of memories): one page of rows in the DOM.
+export async function memoriesView(view, place, first) {
+  const state = { type: '', query: '', page: 0 };
+  let data = (first && await first) || await api('GET', listPath(place, state));
+  const total = Object.values(data.types || {}).reduce((a, b) => a + b, 0);
   const list = h('div', { id: 'memory-list' });
   const pager = h('div', { class: 'pager', id: 'pager' });
   const search = h('input', { type: 'search', id: 'memory-filter', placeholder: 'Filter by name or description',
     'aria-label': 'Filter memories' });
   const chips = h('div', { class: 'chips', role: 'tablist' });
+  const err = h('div', { class: 'error', role: 'alert' });
+  let asked = 0;
+
+  const reload = async () => {
+    const mine = ++asked;
+    try {
+      const answer = await api('GET', listPath(place, state));
+      if (mine !== asked) return; // a newer filter or page won
+      data = answer;
+      err.textContent = '';
+      draw();
+    } catch (e) { err.textContent = e.message; }
+  };
 
   const draw = () => {
-    const q = state.query.toLowerCase();
-    const shown = files
-      .filter((f) => !state.type || f.type === state.type)
-      .filter((f) => !q || f.name.toLowerCase().includes(q) || f.description.toLowerCase().includes(q) ||
-        f.file.toLowerCase().includes(q))
-      .sort((a, b) => typeOrder(a.type) - typeOrder(b.type) || b.updated_at - a.updated_at);
-    const pages = Math.max(1, Math.ceil(shown.length / PAGE));
-    state.page = Math.min(state.page, pages - 1);
-    const slice = shown.slice(state.page * PAGE, (state.page + 1) * PAGE);
     clear(list);
     let lastType = null;
-    for (const f of slice) {
+    for (const f of data.files) {
       if (f.type !== lastType) {
         list.append(h('h3', { class: 'type-head' }, TYPE_LABEL[f.type] || f.type || 'Other',
           h('span', { class: 'muted' }, ` · ${f.type}`)));
@@ -40,36 +51,36 @@ export async function memoriesView(view, place, route) {
       }
       list.append(row(place, f));
     }
-    if (!slice.length) list.append(h('p', { class: 'empty', id: 'memory-empty' }, files.length
+    if (!data.files.length) list.append(h('p', { class: 'empty', id: 'memory-empty' }, total
       ? 'No memory matches.' : 'The assistant has not saved any memory here yet.'));
+    const pages = Math.max(1, Math.ceil(data.matched / PAGE));
+    const from = state.page * PAGE;
     clear(pager).append(
       h('button', { type: 'button', id: 'page-prev', disabled: state.page === 0,
-        on: { click: () => { state.page--; draw(); } } }, '‹ Previous'),
-      h('span', { id: 'page-info' }, shown.length
-        ? `${state.page * PAGE + 1}–${state.page * PAGE + slice.length} of ${shown.length}` : '0 of 0'),
+        on: { click: () => { state.page--; reload(); } } }, '‹ Previous'),
+      h('span', { id: 'page-info' }, data.matched ? `${from + 1}–${from + data.files.length} of ${data.matched}` : '0 of 0'),
       h('button', { type: 'button', id: 'page-next', disabled: state.page >= pages - 1,
-        on: { click: () => { state.page++; draw(); } } }, 'Next ›'));
+        on: { click: () => { state.page++; reload(); } } }, 'Next ›'));
     for (const chip of chips.children) chip.classList.toggle('active', chip.dataset.type === state.type);
   };
 
   for (const t of ['', ...TYPES]) {
     chips.append(h('button', { type: 'button', class: 'chip', dataset: { type: t }, role: 'tab',
-      on: { click: () => { state.type = t; state.page = 0; draw(); } } },
-    t ? `${t} (${counts[t]})` : `all (${files.length})`));
+      on: { click: () => { state.type = t; state.page = 0; reload(); } } },
+    t ? `${t} (${(data.types || {})[t] || 0})` : `all (${total})`));
   }
-  search.addEventListener('input', () => { state.query = search.value; state.page = 0; draw(); });
+  let typing = 0;
+  search.addEventListener('input', () => {
+    clearTimeout(typing);
+    typing = setTimeout(() => { state.query = search.value; state.page = 0; reload(); }, 200);
+  });
   view.append(h('section', { class: 'card' },
     h('div', { class: 'row spread' },
-      h('h2', {}, place.title, h('span', { class: 'muted', id: 'memory-count' }, ` · ${files.length} memories`)),
+      h('h2', {}, place.title, h('span', { class: 'muted', id: 'memory-count' }, ` · ${total} memories`)),
       place.editable ? h('a', { class: 'button', href: `#/${place.route}/new`, id: 'new-memory' }, 'New memory') : null),
     h('p', { class: 'hint' }, place.hint),
-    h('div', { class: 'row' }, chips, search), list, pager));
+    h('div', { class: 'row' }, chips, search), err, list, pager));
   draw();
-}
-
-function typeOrder(t) {
-  const i = TYPES.indexOf(t);
-  return i < 0 ? TYPES.length : i;
 }
 
 function row(place, f) {
