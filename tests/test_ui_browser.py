@@ -88,8 +88,16 @@ def agent_saves(srv: LiveServer, llm: ScriptedLLM, user: str, file: str, content
 def test_agent_memory_shows_and_an_edit_lands_in_the_store(browser: Any, server: LiveServer,
                                                            llm_server: ScriptedLLM) -> None:
     agent_saves(server, llm_server, "u1", "user_role.md", AGENT_MEMORY)
+    server.services.user_agent_dir("u1").save_many([  # neighbours, for a realistic screenshot
+        ("feedback_reports.md", "---\nname: 周报格式\ndescription: 周报用中文，先写结论 📝\ntype: feedback\n"
+         "---\n\n结论先行。\n"),
+        ("reference_wiki.md", "---\nname: team wiki\ndescription: where the design docs live\ntype: reference\n---\n\n"
+         "https://wiki.internal/design\n")])
     page = gateway_page(browser, server, "u1")
     ready(page)
+    # By type, the most recently changed first (feedback_dates.md is the snapshot the build copied in).
+    assert [page.locator("article.memory").nth(i).get_attribute("data-file") for i in range(4)] == [
+        "user_role.md", "feedback_reports.md", "feedback_dates.md", "reference_wiki.md"]
     row = page.locator("article.memory[data-file='user_role.md']")
     assert row.locator(".memory-name").inner_text() == "用户角色 🧑‍💻"
     assert row.locator(".memory-desc").inner_text() == "前端工程师，报告用中文 ✅"
@@ -251,6 +259,9 @@ def test_hostile_memory_text_renders_as_text(browser: Any, server: LiveServer) -
     ready(page, "memory")
     assert XSS in page.inner_text("#f-preview")
     assert page.locator("#f-preview a").count() == 0  # the javascript: link stays text
+    page.goto(server.url + "/ui/#/memories")
+    ready(page)
+    screenshot(page, "ui-hostile")
     page.goto(server.url + "/ui/#/facts")
     ready(page, "facts")
     assert page.input_value(".fact-content") == XSS + " likes tea"
@@ -406,6 +417,8 @@ def test_a_large_place_is_paged_and_filtered(browser: Any, server: LiveServer) -
     server.services.user_agent_dir("u1").save_many([
         (f"m{i:03d}.md", f"---\nname: memory {i}\ndescription: fact {i}\ntype: {types[i % 4]}\n---\n\nx\n")
         for i in range(120)])
+    server.services.user_agent_dir("u1", "coder").save("style.md", "---\nname: code style\ndescription: tabs, "
+                                                          "not spaces\ntype: feedback\n---\n\nTabs.\n")
     page = gateway_page(browser, server, "u1")
     ready(page)
     assert page.locator("article.memory").count() == 50
@@ -418,3 +431,8 @@ def test_a_large_place_is_paged_and_filtered(browser: Any, server: LiveServer) -
     page.wait_for_selector("#page-info:has-text('1–4 of 4')", timeout=WAIT)  # references (i % 4 == 3) only
     files = {page.locator("article.memory").nth(i).get_attribute("data-file") for i in range(4)}
     assert files == {"m011.md", "m111.md", "m115.md", "m119.md"}
+    # Another agent's memory of the same user, picked from the places the user has.
+    page.click("#agent-button")
+    page.select_option("#agent-type", "coder")
+    page.wait_for_selector("article.memory[data-file='style.md']", timeout=WAIT)
+    assert page.locator("article.memory").count() == 1

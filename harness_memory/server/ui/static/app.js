@@ -8,6 +8,7 @@ import { operatorView } from './operator.js';
 import { transferView } from './transfer.js';
 
 const VIEW_USER = 'hm.viewUser';
+const AGENT = 'hm.agent';
 const FIRST_VIEW = { route: 'memory', base: '/users/me/agents/default/memory' };
 let who = null;
 let early = null; // the first page of memories, asked for beside /whoami (most visits open it)
@@ -24,11 +25,38 @@ function userBase() {
   return `/users/${encodeURIComponent(subject())}`;
 }
 
+function agentType() {
+  return sessionStorage.getItem(AGENT) || who.agent_type;
+}
+
+// Which agent's memory to show: the default one, or another the user has memory of (found by
+// listing the user's places, on demand only).
+function agentPicker() {
+  const box = h('span', { class: 'agent-picker' });
+  const show = async () => {
+    try {
+      const found = await api('GET', `${userBase()}/memory`);
+      const types = new Set([who.agent_type, agentType()]);
+      for (const p of found.places) {
+        const m = /\/agent-memory\/([^/]+)$/.exec(p.path);
+        if (p.kind === 'user-agent' && m) types.add(m[1]);
+      }
+      const select = h('select', { id: 'agent-type', 'aria-label': 'Agent' }, [...types].sort().map((t) =>
+        h('option', { value: t, selected: t === agentType() }, t)));
+      select.addEventListener('change', () => { sessionStorage.setItem(AGENT, select.value); route(); });
+      clear(box).append(select);
+    } catch (e) { clear(box).append(h('span', { class: 'error' }, e.message)); }
+  };
+  box.append(h('button', { type: 'button', class: 'small secondary', id: 'agent-button', on: { click: show } },
+    `agent: ${agentType()} ▾`));
+  return box;
+}
+
 function places() {
-  const agent = encodeURIComponent(who.agent_type);
+  const agent = encodeURIComponent(agentType());
   return {
     mine: { route: 'memory', base: `${userBase()}/agents/${agent}/memory`, editable: true,
-      title: 'Memories', label: `agent-memory/${who.agent_type}`,
+      title: 'Memories', label: `agent-memory/${agentType()}`, picker: agentPicker,
       hint: 'What the assistant saved about you, your feedback, your projects and references. Open one to correct it.' },
     shared: { route: 'shared', base: `/shared/agents/${agent}/memory`, editable: true,
       title: 'Shared agent memory', label: `agent-memory/${who.agent_type} (shared)`, hint: 'Shared by every user.' },
@@ -38,7 +66,8 @@ function places() {
 async function boot() {
   $('login-form').addEventListener('submit', login);
   window.addEventListener('hashchange', route);
-  if (/^#?\/?(memories)?$/.test(location.hash) && !sessionStorage.getItem(VIEW_USER)) {
+  if (/^#?\/?(memories)?$/.test(location.hash) && !sessionStorage.getItem(VIEW_USER) &&
+    !sessionStorage.getItem(AGENT)) {
     early = api('GET', listPath(FIRST_VIEW, { type: '', query: '', page: 0 })).catch(() => null);
   }
   try {
@@ -76,7 +105,8 @@ function signedIn() {
   $('nav').hidden = false;
   $('nav-operator').hidden = !who.admin;
   const out = h('button', { type: 'button', class: 'small secondary', id: 'logout', on: { click: () => {
-    creds.clear(); sessionStorage.removeItem(VIEW_USER); location.hash = ''; location.reload();
+    creds.clear(); sessionStorage.removeItem(VIEW_USER); sessionStorage.removeItem(AGENT);
+    location.hash = ''; location.reload();
   } } }, 'Sign out');
   const label = who.admin ? 'Operator · viewing ' : 'Signed in as ';
   clear($('who')).append(label, h('b', { id: 'who-user' }, (who.admin ? subject() : who.user_id) || '(no user)'), ' ', out);
@@ -124,6 +154,7 @@ async function route() {
 
 function openUser(user) {
   sessionStorage.setItem(VIEW_USER, user);
+  sessionStorage.removeItem(AGENT);
   signedIn();
   location.hash = '#/memories';
 }

@@ -76,7 +76,8 @@ export async function memoriesView(view, place, first) {
   });
   view.append(h('section', { class: 'card' },
     h('div', { class: 'row spread' },
-      h('h2', {}, place.title, h('span', { class: 'muted', id: 'memory-count' }, ` · ${total} memories`)),
+      h('h2', {}, place.title, h('span', { class: 'muted', id: 'memory-count' }, ` · ${total} memories`),
+        place.picker ? [' ', place.picker()] : null),
       place.editable ? h('a', { class: 'button', href: `#/${place.route}/new`, id: 'new-memory' }, 'New memory') : null),
     h('p', { class: 'hint' }, place.hint),
     h('div', { class: 'row' }, chips, search), err, list, pager));
