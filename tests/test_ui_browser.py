@@ -13,20 +13,21 @@ import http.server
 import json
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from harness_memory import build_agent
-from harness_memory.config import MemoryConfig
 from harness_memory.tools import MemoryTools
 from tests.fakellm import ScriptedLLM, text, tool_calls
+from tests.servers import RedisServer, SeaweedFS
 from tests.test_snapshot import write_snapshot
 from tests.ui_browser import LiveServer, chromium, live_server, screenshot
 
-MakeConfig = Callable[..., MemoryConfig]
+from .test_server_memory import private_config
+
 TOKEN = "api-secret"
 ADMIN = "admin-secret"
 AGENT_MEMORY = ("---\nname: 用户角色 🧑‍💻\ndescription: 前端工程师，报告用中文 ✅\ntype: user\n---\n\n"
@@ -42,20 +43,39 @@ def browser() -> Iterator[Any]:
         yield b
 
 
-@pytest.fixture
-def cfg(make_config: MakeConfig, llm_server: ScriptedLLM, tmp_path: Path) -> MemoryConfig:
-    snaps = tmp_path / "snaps"
-    write_snapshot(snaps, "2026-11-01T00:00:00Z", {"feedback_dates.md": "---\nname: Dates\ndescription: use "
-                                                   "absolute dates\ntype: feedback\n---\n\nWrite 2026-12-01.\n"})
-    return make_config(backend="cos", redis=True, server={"api_token": TOKEN, "admin_token": ADMIN},
-                       model={"model": "fake-model", "base_url": llm_server.base_url, "api_key": "k"},
-                       agent={"snapshots_dir": str(snaps)}, auto={"enabled": False})
+@pytest.fixture(scope="module")
+def llm() -> Iterator[ScriptedLLM]:
+    with ScriptedLLM() as server:
+        yield server
 
 
-@pytest.fixture
-def server(cfg: MemoryConfig) -> Iterator[LiveServer]:
-    with live_server(cfg) as srv:
+@pytest.fixture(scope="module")
+def live(seaweedfs: SeaweedFS, redis_server: RedisServer, llm: ScriptedLLM,
+         tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """One server for the module (a server per test costs seconds); ``server`` empties it per test."""
+    snaps = tmp_path_factory.mktemp("snaps")
+    with private_config(seaweedfs, redis_server, server={"api_token": TOKEN, "admin_token": ADMIN},
+                        model={"model": "fake-model", "base_url": llm.base_url, "api_key": "k"},
+                        agent={"snapshots_dir": str(snaps)}, auto={"enabled": False}) as cfg, live_server(cfg) as srv:
         yield srv
+
+
+@pytest.fixture
+def server(live: LiveServer, llm: ScriptedLLM) -> Iterator[LiveServer]:
+    """The module's server with an empty store, an empty Redis prefix and the first snapshot version."""
+    store = live.services.store
+    failed = store.delete_many([info.key for info in store.list(live.services.key_prefix)])
+    assert not failed and not list(store.list(live.services.key_prefix))
+    redis = live.services.redis
+    if redis is not None:
+        stale = list(redis.scan_iter(match=live.services.config.redis.key_prefix + "*"))
+        if stale:
+            redis.delete(*stale)
+    write_snapshot(live.services.config.agent.snapshots_dir, "2026-11-01T00:00:00Z", {
+        "feedback_dates.md": "---\nname: Dates\ndescription: use absolute dates\ntype: feedback\n---\n\n"
+                             "Write 2026-12-01.\n"})
+    llm.clear()
+    yield live
 
 
 def stored(srv: LiveServer, user: str, file: str) -> str | None:
@@ -65,12 +85,29 @@ def stored(srv: LiveServer, user: str, file: str) -> str | None:
 
 def gateway_page(browser: Any, srv: LiveServer, user: str, *, token: str = TOKEN) -> Any:
     """A page whose every request carries what a gateway adds: the user's ``wid`` and the token."""
-    context = browser.new_context(extra_http_headers={"wid": user, "Authorization": f"Bearer {token}"})
+    context = new_context(browser, extra_http_headers={"wid": user, "Authorization": f"Bearer {token}"})
     page = context.new_page()
     page.dialogs = []  # type: ignore[attr-defined]
     page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))  # type: ignore[attr-defined]
     page.goto(srv.url + "/ui/")
     return page
+
+
+_OPEN: list[Any] = []
+
+
+def new_context(browser: Any, **options: Any) -> Any:
+    """A browser context closed when the test ends (``close_contexts``)."""
+    context = browser.new_context(**options)
+    _OPEN.append(context)
+    return context
+
+
+@pytest.fixture(autouse=True)
+def close_contexts() -> Iterator[None]:
+    yield
+    while _OPEN:
+        _OPEN.pop().close()
 
 
 def ready(page: Any, view: str = "memories") -> None:
@@ -86,8 +123,8 @@ def agent_saves(srv: LiveServer, llm: ScriptedLLM, user: str, file: str, content
 
 
 def test_agent_memory_shows_and_an_edit_lands_in_the_store(browser: Any, server: LiveServer,
-                                                           llm_server: ScriptedLLM) -> None:
-    agent_saves(server, llm_server, "u1", "user_role.md", AGENT_MEMORY)
+                                                           llm: ScriptedLLM) -> None:
+    agent_saves(server, llm, "u1", "user_role.md", AGENT_MEMORY)
     server.services.user_agent_dir("u1").save_many([  # neighbours, for a realistic screenshot
         ("feedback_reports.md", "---\nname: 周报格式\ndescription: 周报用中文，先写结论 📝\ntype: feedback\n"
          "---\n\n结论先行。\n"),
@@ -228,7 +265,7 @@ def test_another_users_browser_cannot_reach_their_memory(browser: Any, server: L
 
 def test_dev_login_form_and_token(browser: Any, server: LiveServer) -> None:
     server.services.user_agent_dir("u1").save("user_role.md", AGENT_MEMORY)
-    page = browser.new_context().new_page()
+    page = new_context(browser).new_page()
     page.goto(server.url + "/ui")  # redirected to /ui/
     page.wait_for_selector("#login:not([hidden])", timeout=WAIT)
     page.fill("#login-token", "wrong")
@@ -342,8 +379,8 @@ def test_facts_profile_and_corrections(browser: Any, server: LiveServer) -> None
     assert "前端工程师 at ACME" in auto.get_profile("u1").to_json().get("workContext", "")
 
 
-def test_operator_view(browser: Any, server: LiveServer, llm_server: ScriptedLLM) -> None:
-    out = agent_saves(server, llm_server, "u1", "user_role.md", AGENT_MEMORY)  # the build copies the snapshot in
+def test_operator_view(browser: Any, server: LiveServer, llm: ScriptedLLM) -> None:
+    out = agent_saves(server, llm, "u1", "user_role.md", AGENT_MEMORY)  # the build copies the snapshot in
     write_snapshot(server.services.config.agent.snapshots_dir, "2026-11-20T00:00:00Z", {  # a newer version
         "feedback_dates.md": "---\nname: Dates\ndescription: absolute dates\ntype: feedback\n---\n\nISO.\n"})
     server.services.shared_agent_dir().save("team.md", "---\nname: team wiki\ndescription: where docs live\n"
@@ -397,7 +434,7 @@ def test_a_foreign_page_cannot_write_through_the_gateway(browser: Any, server: L
     attacker = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=attacker.serve_forever, daemon=True).start()
     try:
-        context = browser.new_context(extra_http_headers={"wid": "u1", "Authorization": f"Bearer {TOKEN}"})
+        context = new_context(browser, extra_http_headers={"wid": "u1", "Authorization": f"Bearer {TOKEN}"})
         page = context.new_page()
         for button in ("#go", "#go2"):
             page.goto(f"http://127.0.0.1:{attacker.server_address[1]}/prize.html")
