@@ -85,10 +85,14 @@ async def test_whoami_and_places(cfg: MemoryConfig) -> None:
 
 async def test_page_assets_and_security_headers(cfg: MemoryConfig) -> None:
     async with api(cfg) as c:
-        moved = await c.get("/ui")
-        assert moved.status_code == 308 and moved.headers["location"] == "ui/"
+        bare = await c.get("/ui")
         page = await c.get("/ui/")
+        assert bare.content == page.content and b'src="/ui/app.js"' in page.content
         assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        behind = await c.get("/ui/", headers={"X-Forwarded-Prefix": "/memory"})  # a gateway strips /memory
+        assert b'src="/memory/ui/app.js"' in behind.content
+        forged = await c.get("/ui/", headers={"X-Forwarded-Prefix": "//evil.test"})
+        assert b'src="/ui/app.js"' in forged.content
         csp = page.headers["content-security-policy"]
         assert "script-src 'self'" in csp and "'unsafe-inline'" not in csp and "'unsafe-eval'" not in csp
         assert page.headers["x-content-type-options"] == "nosniff"

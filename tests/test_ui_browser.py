@@ -266,7 +266,7 @@ def test_another_users_browser_cannot_reach_their_memory(browser: Any, server: L
 def test_dev_login_form_and_token(browser: Any, server: LiveServer) -> None:
     server.services.user_agent_dir("u1").save("user_role.md", AGENT_MEMORY)
     page = new_context(browser).new_page()
-    page.goto(server.url + "/ui")  # redirected to /ui/
+    page.goto(server.url + "/ui")  # the page without the trailing slash works too
     page.wait_for_selector("#login:not([hidden])", timeout=WAIT)
     page.fill("#login-token", "wrong")
     page.fill("#login-user", "u1")
@@ -309,7 +309,7 @@ def test_hostile_memory_text_renders_as_text(browser: Any, server: LiveServer) -
     csp = resp.headers["content-security-policy"]
     assert "script-src 'self'" in csp and "unsafe-inline" not in csp and "frame-ancestors 'none'" in csp
     html = resp.text()
-    assert "<script type=\"module\" src=\"app.js\"></script>" in html
+    assert '<script type="module" src="/ui/app.js"></script>' in html
     assert re.search(r"<script(?![^>]*\bsrc=)[^>]*>", html) is None  # no inline script
     assert re.search(r"\son[a-z]+=", html) is None  # no inline handlers
 

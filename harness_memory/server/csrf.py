@@ -42,13 +42,17 @@ def cross_site_reason(method: str, headers: dict[str, str]) -> str | None:
 
 
 class CrossSiteGuard:
-    """ASGI middleware applying ``cross_site_reason`` to every HTTP request (403 with the reason)."""
+    """ASGI middleware applying ``cross_site_reason`` to the HTTP requests below ``prefix`` (403 with
+    the reason). In a host app (AgentOS) give the memory router's prefix: the host's own API may be
+    meant for cross-origin callers (AgentOS's control panel calls it with CORS)."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, prefix: str = "") -> None:
         self.app = app
+        self.prefix = prefix.rstrip("/")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
+        path = scope.get("path", "") if scope["type"] == "http" else ""
+        if scope["type"] == "http" and (not self.prefix or path == self.prefix or path.startswith(self.prefix + "/")):
             headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers") or []}
             reason = cross_site_reason(scope["method"], headers)
             if reason is not None:

@@ -10,10 +10,11 @@ token and user id typed into its login form, kept in ``sessionStorage``).
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 
-from fastapi import APIRouter
-from fastapi.responses import RedirectResponse, Response
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
 
 from ..errors import ApiError
 
@@ -26,6 +27,9 @@ SECURITY_HEADERS = {
     "X-Frame-Options": "DENY",
     "Cache-Control": "no-cache",
 }
+#: A path prefix a gateway announces (``X-Forwarded-Prefix: /memory``) when it strips one.
+FORWARDED_PREFIX = "x-forwarded-prefix"
+_PREFIX_SHAPE = re.compile(r"^(/[A-Za-z0-9._~-]+)*$")
 MEDIA = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
          ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
 
@@ -38,21 +42,28 @@ def static_files() -> dict[str, bytes]:
 
 
 def ui_router(prefix: str = "/ui") -> APIRouter:
-    """The page at ``{prefix}/`` and its assets; mount it beside ``memory_router`` (same prefix root)."""
+    """The page at ``{prefix}`` (with or without the trailing slash: AgentOS strips it) and its
+    assets; mount it beside ``memory_router`` so that ``{prefix}/..`` is the API's root."""
     files = static_files()
     router = APIRouter(include_in_schema=False)
 
-    @router.get(prefix)
-    def to_page() -> RedirectResponse:
-        # Relative, so it also works when a gateway serves us below a path prefix.
-        return RedirectResponse(prefix.rsplit("/", 1)[-1] + "/", status_code=308)
+    def page(request: Request) -> Response:
+        # Asset URLs are absolute (the same from `/ui` and `/ui/`), below the app's root path or the
+        # prefix a gateway strips. A forged prefix could only point at this origin: CSP 'self'.
+        outer = request.headers.get(FORWARDED_PREFIX, "").rstrip("/")
+        if not _PREFIX_SHAPE.match(outer):
+            outer = ""
+        base = (outer or request.scope.get("root_path", "").rstrip("/")) + prefix + "/"
+        html = files["index.html"].replace(b"__BASE__", base.encode())
+        return Response(html, media_type=MEDIA[".html"], headers=SECURITY_HEADERS)
 
-    @router.get(prefix + "/")
-    def page() -> Response:
-        return _asset(files, "index.html")
+    router.add_api_route(prefix, page, methods=["GET"])
+    router.add_api_route(prefix + "/", page, methods=["GET"])
 
     @router.get(prefix + "/{name}")
     def asset(name: str) -> Response:
+        if name == "index.html":
+            raise ApiError(404, "there is no page asset 'index.html'; open the page itself", "not_found")
         return _asset(files, name)
 
     return router

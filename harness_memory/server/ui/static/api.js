@@ -23,8 +23,8 @@ export const creds = {
   clear() { sessionStorage.removeItem(TOKEN); sessionStorage.removeItem(WID); },
 };
 
-// The page is served at <root>/ui/; the API lives at <root>/ (works below a gateway prefix).
-const ROOT = new URL('../', location.href);
+// This module is served at <root>/ui/api.js; the API lives at <root>/ (also below a path prefix).
+const ROOT = new URL('../', import.meta.url);
 
 export function seg(value) {
   return String(value).split('/').map(encodeURIComponent).join('/');
