@@ -196,6 +196,22 @@ def test_an_invalid_edit_shows_the_tools_message_and_changes_nothing(
     assert stored(server, "u1", "other.md") is None
 
 
+def test_a_file_the_form_cannot_read_is_fixed_as_text(browser: Any, server: LiveServer) -> None:
+    broken = "---\nname: notes\ndescription: missing its type\n---\n\nKeep.\n"
+    server.services.store.put("memory/" + PLACE.format(user="u1") + "notes.md", broken.encode())  # by hand
+    page = gateway_page(browser, server, "u1")
+    page.goto(server.url + "/ui/#/memory/notes.md")
+    ready(page, "memory")
+    assert "the frontmatter is missing type" in page.inner_text("#form-error")
+    assert page.input_value("#f-raw") == broken
+    page.fill("#f-raw", broken.replace("---\n\n", "type: project\n---\n\n"))
+    page.click("#save")
+    ready(page)
+    fixed = stored(server, "u1", "notes.md")
+    assert fixed is not None and "type: project" in fixed
+    assert "- [notes](notes.md) — missing its type" in (stored(server, "u1", "MEMORY.md") or "")
+
+
 def test_delete_and_forget_everything(browser: Any, server: LiveServer) -> None:
     mdir = server.services.user_agent_dir("u1")
     mdir.save("user_role.md", AGENT_MEMORY)

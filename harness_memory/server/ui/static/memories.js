@@ -94,9 +94,15 @@ function row(place, f) {
 
 export async function editorView(view, place, file, back) {
   const creating = !file;
-  const form = creating
-    ? { file: '', name: '', description: '', type: 'user', body: '', etag: null, last_modified: 0 }
-    : await api('GET', `${place.base}/fields/${seg(file)}`);
+  let form;
+  try {
+    form = creating
+      ? { file: '', name: '', description: '', type: 'user', body: '', etag: null, last_modified: 0 }
+      : await api('GET', `${place.base}/fields/${seg(file)}`);
+  } catch (e) {
+    if (e.status !== 422) throw e;
+    return rawEditor(view, place, file, back, e.message); // a file the form cannot read: fix it as text
+  }
   const err = h('div', { class: 'error', id: 'form-error', role: 'alert' });
   const fileIn = h('input', { type: 'text', id: 'f-file', value: form.file, readOnly: !creating,
     placeholder: 'topic_name.md' });
@@ -153,4 +159,27 @@ export async function editorView(view, place, file, back) {
         !creating && place.editable ? h('button', { type: 'button', class: 'danger', id: 'delete',
           on: { click: remove } }, 'Delete') : null,
         h('a', { class: 'button secondary', href: back, id: 'cancel' }, 'Back')))));
+}
+
+// A memory file whose frontmatter cannot be read (edited by hand, say): shown and saved as text,
+// with the parser's message saying what to fix.
+async function rawEditor(view, place, file, back, problem) {
+  const current = await api('GET', `${place.base}/files/${seg(file)}`);
+  const err = h('div', { class: 'error', id: 'form-error', role: 'alert' }, problem);
+  const text = h('textarea', { id: 'f-raw', rows: 16, value: current.content });
+  text.value = current.content;
+  const save = async (event) => {
+    event.preventDefault();
+    try {
+      await api('PUT', `${place.base}/files/${seg(file)}`, { headers: { 'If-Match': `"${current.etag}"` },
+        json: { content: text.value } });
+      toast(`Saved ${file}`);
+      location.hash = back;
+    } catch (e) { err.textContent = e.message; }
+  };
+  view.append(h('section', { class: 'card editor' }, h('h2', {}, file),
+    h('p', { class: 'hint' }, 'This file cannot be read as a memory. Fix it as text:'),
+    h('form', { id: 'raw-form', on: { submit: save } }, text, err,
+      h('div', { class: 'row' }, h('button', { type: 'submit', id: 'save' }, 'Save'),
+        h('a', { class: 'button secondary', href: back }, 'Back')))));
 }
