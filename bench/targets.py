@@ -195,14 +195,14 @@ def _observe(md: str | None) -> Target:
 
 def _ui_load(md: str | None) -> Target:
     row = find_row(md, memories="1000")
-    p, p95 = num(row, "page load p50 ms"), num(row, "page load p95 ms")
+    p, p95, low = num(row, "page load p50 ms"), num(row, "page load p95 ms"), num(row, "page load min ms")
     name = "memory page with 1,000 memories on screen in < 1 s"
     how = ("headless Chromium, fresh context per load: navigation start until the first 50 rows are rendered "
            "(HTML, modules, /whoami, the place's listing); control plane in its own process, SeaweedFS store")
     if p is None:
         return Target(name, "#17 memory page", "n/a", None, how)
-    measured = f"p50 {_fmt(p)} ms (p95 {_fmt(p95 or float('nan'))} ms)"
-    return Target(name, "#17 memory page", measured, p < 1000, how, f"{_fmt(p)} ms")
+    measured = f"p50 {_fmt(p)} ms (p95 {_fmt(p95 or float('nan'))} ms, least contended {_fmt(low or float('nan'))} ms)"
+    return Target(name, "#17 memory page", measured, p < 1000, how, f"p50 {_fmt(p)} ms, p95 {_fmt(p95 or 0.0)} ms")
 
 
 def sweep_rows(auto: str | None) -> list[Row]:
