@@ -59,6 +59,9 @@ async def test_fields_read_and_save_keep_extras_and_guard_concurrent_edits(cfg: 
         assert bad.status_code == 422 and error_of(bad)["detail"] == (
             "type 'opinion' is not one of: user, feedback, project, reference")
         assert stored(cfg, FILE) == before
+        plain = await c.put(f"{BASE}/fields/role.md", json={**FORM, "body": "no If-Match"})
+        assert plain.status_code == 200
+        assert parse_memory((stored(cfg, FILE) or b"").decode()).extra == {"source": "interview", "tags": ["vue", "ts"]}
         missing = await c.get(f"{BASE}/fields/none.md")
         assert missing.status_code == 404
 

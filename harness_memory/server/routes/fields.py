@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header, Response, status
 
 from ...control.places import place_path
-from ...errors import ObjectNotFound, PreconditionFailed
+from ...errors import MemoryFormatError, ObjectNotFound, PreconditionFailed
 from ...memdir import ABSENT, MemoryDir, parse_memory
 from ...memdir.model import compose_memory
 from ..errors import ApiError
@@ -46,11 +46,11 @@ def add_field_routes(router: APIRouter, prefix: str, resolve: Callable[..., Memo
                     if_none_match: Annotated[str | None, Header(description="`*`: only create")] = None
                     ) -> SavedFile:
         extra: dict[str, Any] = {}
-        if if_match:
-            try:
-                extra = parse_memory(mdir.read(file).text).extra  # keep annotations the form does not show
-            except ObjectNotFound:
-                pass  # the save below answers 412: the file is gone
+        if if_none_match != "*":
+            try:  # keep the annotations the form does not show (If-Match makes this read the saved one)
+                extra = parse_memory(mdir.read(file).text).extra
+            except (ObjectNotFound, MemoryFormatError):
+                pass  # gone (If-Match then answers 412) or unreadable: the form's fields make the file
         text = compose_memory(body.name, body.description, body.type, body.body, extra)
         expect = ABSENT if if_none_match == "*" else (if_match.strip('"') if if_match else None)
         try:
