@@ -105,7 +105,7 @@ async def test_page_assets_and_security_headers(cfg: MemoryConfig) -> None:
             assert (await c.get(f"/ui/{name}")).status_code == 404
 
 
-@pytest.mark.parametrize(("headers", "refused"), [
+CROSS_SITE_CASES: list[tuple[dict[str, str], bool]] = [
     ({}, False),  # a program: no browser markers
     ({"sec-fetch-site": "same-origin", "origin": "http://memory.test", "x-harness-memory": "ui"}, False),
     ({"sec-fetch-site": "cross-site", "x-harness-memory": "ui"}, True),
@@ -113,16 +113,20 @@ async def test_page_assets_and_security_headers(cfg: MemoryConfig) -> None:
     ({"origin": "http://evil.test", "x-harness-memory": "ui"}, True),
     ({"origin": "null", "x-harness-memory": "ui"}, True),
     ({"sec-fetch-site": "same-origin", "origin": "http://memory.test"}, True),  # no custom header
-])
-async def test_cross_site_writes_are_refused(cfg: MemoryConfig, headers: dict[str, str], refused: bool) -> None:
+]
+
+
+async def test_cross_site_writes_are_refused(cfg: MemoryConfig) -> None:
     async with api(cfg, wid="u1") as c:
-        r = await c.post(f"{BASE}/files", json={"file": "x.md", "content": ROLE}, headers=headers)
-        assert (r.status_code == 403) is refused, r.text
-        assert (stored(cfg, "users/u1/agent-memory/default/x.md") is None) is refused
-        if refused:
-            assert error_of(r)["code"] == "cross_site"
-        reads = await c.get(BASE, headers=headers)  # reads are never refused by the guard
-        assert reads.status_code == 200
+        for i, (headers, refused) in enumerate(CROSS_SITE_CASES):
+            name = f"x{i}.md"
+            r = await c.post(f"{BASE}/files", json={"file": name, "content": ROLE}, headers=headers)
+            assert (r.status_code == 403) is refused, (headers, r.text)
+            assert (stored(cfg, f"users/u1/agent-memory/default/{name}") is None) is refused, headers
+            if refused:
+                assert error_of(r)["code"] == "cross_site"
+            reads = await c.get(BASE, headers=headers)  # reads are never refused by the guard
+            assert reads.status_code == 200
 
 
 def test_cross_site_reason_uses_the_forwarded_host() -> None:
