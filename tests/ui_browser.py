@@ -23,8 +23,8 @@ from harness_memory.server import create_app
 from harness_memory.services import MemoryServices, services_for
 from tests.servers import free_ports
 
-CHROMIUM = os.environ.get("HARNESS_MEMORY_TEST_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-ARTIFACTS = Path(os.environ.get("HARNESS_MEMORY_ARTIFACTS", "/tmp/harness-memory-artifacts"))
+CHROMIUM = os.environ.get("UI_TEST_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+ARTIFACTS = Path(os.environ.get("UI_TEST_ARTIFACTS", "/tmp/harness-memory-artifacts"))
 
 
 class LiveServer:
