@@ -101,6 +101,8 @@ async def test_page_assets_and_security_headers(cfg: MemoryConfig) -> None:
         assert page.headers["x-content-type-options"] == "nosniff"
         js = await c.get("/ui/app.js")
         assert js.headers["content-type"].startswith("text/javascript") and b"import" in js.content
+        again = await c.get("/ui/app.js", headers={"If-None-Match": js.headers["etag"]})
+        assert again.status_code == 304 and again.content == b""
         for name in ("../app.py", "..%2Fapp.py", "nope.js", "__init__.py"):
             assert (await c.get(f"/ui/{name}")).status_code == 404
 

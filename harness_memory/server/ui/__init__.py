@@ -10,6 +10,7 @@ token and user id typed into its login form, kept in ``sessionStorage``).
 
 from __future__ import annotations
 
+import hashlib
 import re
 from importlib import resources
 
@@ -61,20 +62,24 @@ def ui_router(prefix: str = "/ui") -> APIRouter:
     router.add_api_route(prefix + "/", page, methods=["GET"])
 
     @router.get(prefix + "/{name}")
-    def asset(name: str) -> Response:
+    def asset(name: str, request: Request) -> Response:
         if name == "index.html":
             raise ApiError(404, "there is no page asset 'index.html'; open the page itself", "not_found")
-        return _asset(files, name)
+        return _asset(files, name, request.headers.get("if-none-match"))
 
     return router
 
 
-def _asset(files: dict[str, bytes], name: str) -> Response:
+def _asset(files: dict[str, bytes], name: str, if_none_match: str | None = None) -> Response:
+    """An asset with an ETag of its bytes: a returning browser revalidates with one 304."""
     data = files.get(name)
     if data is None:
         raise ApiError(404, f"there is no page asset {name!r}", "not_found")
-    media = MEDIA["." + name.rsplit(".", 1)[-1]]
-    return Response(data, media_type=media, headers=SECURITY_HEADERS)
+    etag = '"' + hashlib.sha256(data).hexdigest()[:16] + '"'
+    headers = {**SECURITY_HEADERS, "ETag": etag}
+    if if_none_match is not None and etag in [t.strip() for t in if_none_match.split(",")]:
+        return Response(status_code=304, headers=headers)
+    return Response(data, media_type=MEDIA["." + name.rsplit(".", 1)[-1]], headers=headers)
 
 
 __all__ = ["CSP", "ui_router"]
