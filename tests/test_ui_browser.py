@@ -162,6 +162,9 @@ def test_agent_memory_shows_and_an_edit_lands_in_the_store(browser: Any, server:
     assert index is not None and "frontend engineer: Vue 3 # not a comment" in index and "前端工程师" not in index
     assert page.locator("article.memory[data-file='user_role.md'] .memory-desc").inner_text() == (
         "frontend engineer: Vue 3 # not a comment")
+    page.click("#show-index")  # MEMORY.md as the model reads it, from the page
+    page.wait_for_selector("#index-text:has-text('Vue 3 # not a comment')", timeout=WAIT)
+    assert "](user_role.md)" in page.inner_text("#index-text")
 
 
 @pytest.mark.parametrize(("field", "value"), [("#f-description", ""), ("#f-type", "opinion")])

@@ -80,8 +80,21 @@ export async function memoriesView(view, place, first) {
         place.picker ? [' ', place.picker()] : null),
       place.editable ? h('a', { class: 'button', href: `#/${place.route}/new`, id: 'new-memory' }, 'New memory') : null),
     h('p', { class: 'hint' }, place.hint),
-    h('div', { class: 'row' }, chips, search), err, list, pager));
+    h('div', { class: 'row' }, chips, search), err, list, pager, indexBox(place)));
   draw();
+}
+
+// MEMORY.md as the model reads it at the start of every conversation (asked for on demand).
+function indexBox(place) {
+  const out = h('pre', { id: 'index-text', class: 'result' });
+  const show = async () => {
+    try {
+      const index = await api('GET', `${place.base}/index`);
+      out.textContent = index.text || '(empty)';
+    } catch (e) { out.textContent = e.message; }
+  };
+  return h('div', {}, h('button', { type: 'button', class: 'small secondary', id: 'show-index', on: { click: show } },
+    'What the assistant reads first (MEMORY.md)'), out);
 }
 
 function row(place, f) {
