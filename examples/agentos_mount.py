@@ -13,6 +13,7 @@ Run it (a model is needed for runs; the memory API works without one)::
 
     curl -X POST localhost:7777/agents/assistant/runs -F message='I write Vue' -F user_id=u1 -F stream=false
     curl -H 'wid: u1' localhost:7777/harness-memory/users/me/agents/default/memory
+    # the memory page: http://localhost:7777/harness-memory/ui/
 
 Auth: AgentOS's own auth (``authorization=...``) owns ``Authorization``; set
 ``server.api_token`` and send it as ``X-API-Key`` to protect the memory routes independently.
@@ -29,6 +30,8 @@ from fastapi import FastAPI
 from harness_memory.agentos import memory_agent_factory
 from harness_memory.config import MemoryConfig
 from harness_memory.server import memory_router
+from harness_memory.server.csrf import CrossSiteGuard
+from harness_memory.server.ui import ui_router
 from harness_memory.services import services_for
 
 MEMORY_PREFIX = "/harness-memory"
@@ -40,6 +43,8 @@ def build_app(config: MemoryConfig | None = None, db_file: str | Path = "tmp/age
     services = services_for(config)  # the same clients build_agent uses
     base = FastAPI(title="Agents with harness-memory")
     base.include_router(memory_router(services), prefix=MEMORY_PREFIX)
+    base.include_router(ui_router(MEMORY_PREFIX + "/ui"))  # the memory page at /harness-memory/ui/
+    base.add_middleware(CrossSiteGuard, prefix=MEMORY_PREFIX)  # browser writes to memory: same origin only
     Path(db_file).parent.mkdir(parents=True, exist_ok=True)
     db = SqliteDb(db_file=str(db_file))
     agent_os = AgentOS(

@@ -17,7 +17,7 @@ import pytest
 
 from bench import bench_auto, common
 from bench.run import BENCHES, END, START, Section, readme_block, replace_block, results_markdown, run_bench
-from bench.targets import evaluate_targets, parse_tables
+from bench.targets import evaluate_targets, find_row, parse_tables
 from tests.servers import RedisServer, SeaweedFS
 
 pytestmark = pytest.mark.timeout(300)
@@ -73,7 +73,10 @@ def test_targets_and_documents_are_built(quick_sections: dict[str, Section]) -> 
     sections = list(quick_sections.values())
     targets = evaluate_targets({s.bench.key: s.markdown for s in sections})
     measured = {t.name: t for t in targets}
-    assert len(targets) == 14  # recall's 10 + trustworthy writes (4; bench_trust is no smoke bench)
+    assert len(targets) == 15  # recall's 10 + the memory page + trustworthy writes (4; bench_trust is no smoke bench)
+    ui = find_row(quick_sections["ui"].markdown, memories="100")
+    assert ui is not None and ui["rows in DOM"] == "50" and ui["count shown"] == "100"
+    assert measured["memory page with 1,000 memories on screen in < 1 s"].met is None  # quick: 100 memories only
     assert measured["post-run hook p50 ≤ 1 ms with Redis"].met is not None
     assert measured["metrics cost on the post-run hook and a tool call < 5 %"].met is not None
     assert measured["lexical recall over 1,000 memories: p50 ≤ 10 ms"].met is not None

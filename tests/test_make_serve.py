@@ -108,6 +108,8 @@ def test_make_serve_health_and_memory_round_trip(served: tuple[str, Path]) -> No
     assert "- [trip](trip.md) — business trip next week" in (on_disk / "MEMORY.md").read_text()
     status, body = get(url + "?raw=true", {"wid": "u1"})
     assert status == 200 and body.decode() == content
+    status, body = get(f"{base}/ui/")  # the memory page (README "The memory page")
+    assert status == 200 and b"What the assistant remembers about you" in body
 
     run = urllib.request.Request(f"{base}/agents/default/runs", method="POST",
                                  data=b'{"message": "hi"}', headers={"wid": "u1", "Content-Type": "application/json"})

@@ -40,8 +40,17 @@ async def test_router_in_agentos(make_config: MakeConfig, llm_server: ScriptedLL
         typo = await c.put(f"{base}/files/x.md", json={"contnt": GOOD}, headers={"X-API-Key": "tok"})
         assert typo.status_code == 422 and "body.content: Field required" in error_of(typo)["detail"]
 
+        page = await c.get(f"{MEMORY_PREFIX}/ui/")  # the memory page, mounted beside the router
+        assert page.status_code == 200 and "script-src 'self'" in page.headers["content-security-policy"]
+        assert f'src="{MEMORY_PREFIX}/ui/app.js"'.encode() in page.content  # AgentOS strips the slash: absolute
+        assert (await c.get(f"{MEMORY_PREFIX}/ui/api.js")).headers["content-type"].startswith("text/javascript")
+        foreign = {"Origin": "http://evil.test", "X-API-Key": "tok", "X-Harness-Memory": "ui"}
+        refused = await c.delete(f"{base}/files/user_role.md", headers=foreign)
+        assert refused.status_code == 403 and error_of(refused)["code"] == "cross_site"
+        assert stored(cfg, "users/u1/agent-memory/default/user_role.md") == GOOD.encode()
+
         run = await c.post("/agents/assistant/runs", data={"message": "What do I use?", "user_id": "u1",
-                                                           "stream": "false"})
+                                                           "stream": "false"}, headers={"Origin": "http://evil.test"})
         assert run.status_code == 200, run.text
         assert run.json()["content"] == "Noted."
     (request,) = llm_server.chat_requests

@@ -56,12 +56,19 @@ class MemoryFile:
 
     def render(self) -> str:
         """The file text: frontmatter in a stable key order, then the body."""
-        front: dict[str, Any] = {"name": self.name, "description": self.description,
-                                 "type": self.type.value}
-        front.update(self.extra)
-        dumped = yaml.safe_dump(front, allow_unicode=True, sort_keys=False, width=10_000).strip()
-        body = self.body.strip("\n")
-        return f"---\n{dumped}\n---\n\n{body}\n" if body else f"---\n{dumped}\n---\n"
+        return compose_memory(self.name, self.description, self.type.value, self.body, self.extra)
+
+
+def compose_memory(name: str, description: str, type_: str, body: str, extra: dict[str, Any] | None = None) -> str:
+    """A memory file's text from its fields, UNVALIDATED (``parse_memory`` judges it).
+
+    Why it takes plain strings: a form (the ``/ui`` page) may hold a wrong type or an empty
+    description; composing first and parsing second gives the person the tools' own messages."""
+    front: dict[str, Any] = {"name": name, "description": description, "type": type_}
+    front.update({k: v for k, v in (extra or {}).items() if k not in front})
+    dumped = yaml.safe_dump(front, allow_unicode=True, sort_keys=False, width=10_000).strip()
+    text = body.strip("\n")
+    return f"---\n{dumped}\n---\n\n{text}\n" if text else f"---\n{dumped}\n---\n"
 
 
 def split_frontmatter(text: str) -> tuple[str | None, str]:

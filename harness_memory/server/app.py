@@ -14,6 +14,8 @@ Paths (``{user_id}`` may be ``me``; the caller rules are in ``auth``)::
     GET|POST /users/{user_id}/facts · PATCH|DELETE /users/{user_id}/facts/{fact_id}
     POST /users/{user_id}/sessions · GET /users/{user_id}/sessions/{session_id} · GET /sessions/{id} (admin)
     GET /users/{user_id}/agents/{agent_type}/snapshot · POST …/snapshot/replace · POST …/snapshot/mark-synced
+    GET|PUT P/fields/{file} (a memory file as form fields) · GET /whoami · GET /places (admin)
+    GET /ui/ (the memory page, ``server/ui``; standalone app only — ``ui_router()`` to mount it)
 
 Why a router factory: an agno AgentOS app already owns ``/agents/{agent_id}/runs``, ``/health``
 and ``/sessions``; mount ours under a prefix there (``examples/agentos_mount.py``). The router
@@ -28,9 +30,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .. import __version__
 from ..config import MemoryConfig
 from ..services import MemoryServices, services_for
+from .csrf import CrossSiteGuard
 from .deps import ServerContext
 from .errors import MemoryRoute, error_body, install_error_handlers
 from .routes.facts import add_facts_routes
+from .routes.fields import add_field_routes
 from .routes.files import add_place_routes
 from .routes.health import add_health_routes
 from .routes.metrics import add_metrics_routes
@@ -38,6 +42,8 @@ from .routes.runs import add_run_routes
 from .routes.sessions import add_session_routes
 from .routes.snapshots import add_snapshot_routes
 from .routes.transfer import add_place_transfer_routes, add_user_routes
+from .routes.whoami import add_whoami_routes
+from .ui import ui_router
 
 DESCRIPTION = """Durable memory for agno agents: run agents per request, and read, edit, export,
 import and clear each user's memory. Send `wid: <user id>` (when `server.user_source` is `header`)
@@ -66,11 +72,13 @@ def add_routes(router: APIRouter, ctx: ServerContext) -> None:
     )
     for path, resolve, tag in places:
         add_place_routes(router, path, resolve, tag)
+        add_field_routes(router, path, resolve, tag)
         add_place_transfer_routes(router, path, resolve, tag, ctx)
     add_user_routes(router, ctx)
     add_facts_routes(router, ctx)
     add_session_routes(router, ctx)
     add_snapshot_routes(router, ctx)
+    add_whoami_routes(router, ctx)
 
 
 def create_app(config: MemoryConfig | None = None, *, services: MemoryServices | None = None) -> FastAPI:
@@ -80,8 +88,10 @@ def create_app(config: MemoryConfig | None = None, *, services: MemoryServices |
     app = FastAPI(title="harness-memory", version=__version__, description=DESCRIPTION)
     install_error_handlers(app)
     app.add_middleware(BodyLimit, limit=services.config.server.max_request_bytes)
+    app.add_middleware(CrossSiteGuard)
     app.router.route_class = MemoryRoute
     add_routes(app.router, ServerContext(services))
+    app.include_router(ui_router())
     app.state.memory_services = services
     return app
 

@@ -61,8 +61,11 @@ class PlaceInfo(BaseModel):
 
 class FileList(BaseModel):
     place: PlaceInfo
-    count: int
+    count: int = Field(description="Files in this answer.")
     files: list[FileEntry]
+    matched: int | None = Field(None, description="Files matching `type` / `q` before `offset` / `limit` "
+                                "(listing only).")
+    types: dict[str, int] | None = Field(None, description="Files per type in the whole place (listing only).")
 
 
 class IndexText(BaseModel):

@@ -7,7 +7,7 @@ blocks the event loop.
 """
 
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Query, Response, status
 from fastapi import Path as PathParam
@@ -34,6 +34,14 @@ from ..schemas import (
 
 FilePath = Annotated[str, PathParam(description="File name inside the place, e.g. `user_role.md`.",
                                     max_length=1024)]
+Offset = Annotated[int, Query(ge=0, le=1_000_000, description="Skip this many matching files.")]
+Limit = Annotated[int | None, Query(ge=1, le=1000, description="At most this many files (default: all).")]
+TypeFilter = Annotated[str | None, Query(max_length=40, description="Only files of this type.")]
+Search = Annotated[str | None, Query(max_length=200, description="Only files whose file name, name or "
+                                     "description contains this (case-insensitive).")]
+Order = Annotated[Literal["file", "type"], Query(description="`file`: by file name. `type`: user, feedback, "
+                                                 "project, reference, others; most recently changed first.")]
+TYPE_ORDER = {"user": 0, "feedback": 1, "project": 2, "reference": 3}
 
 
 def place_info(place: Place) -> PlaceInfo:
@@ -47,6 +55,17 @@ def entry_out(entry: ManifestEntry) -> FileEntry:
                      extra=dict(entry.extra))
 
 
+def filter_entries(entries: list[ManifestEntry], type_: str | None, q: str | None, order: str) -> list[ManifestEntry]:
+    """The entries of one type and/or containing ``q``, in the order asked (a page of 1,000 memories
+    is one manifest read either way; paging saves the answer's size and the page's work)."""
+    needle = (q or "").strip().casefold()
+    chosen = [e for e in entries if (not type_ or e.type == type_)
+              and (not needle or needle in f"{e.file}\n{e.name}\n{e.description}".casefold())]
+    if order == "type":
+        chosen.sort(key=lambda e: (TYPE_ORDER.get(e.type, len(TYPE_ORDER)), -e.updated_at, e.file))
+    return chosen
+
+
 def _not_found(mdir: MemoryDir, file: str) -> ApiError:
     return ApiError(404, f"there is no memory file {file!r} in {place_path(mdir.place)}", "not_found")
 
@@ -57,10 +76,18 @@ def add_place_routes(router: APIRouter, prefix: str, resolve: Callable[..., Memo
     opts: dict[str, Any] = {"tags": [tag], "responses": ERRORS}
     one = prefix + "/files/{file:path}"
 
-    @router.get(prefix, response_model=FileList, summary="List the memory files", **opts)
-    def list_files(mdir: Dir) -> FileList:
+    @router.get(prefix, response_model=FileList, summary="List the memory files (filtered and paged on request)",
+                **opts)
+    def list_files(mdir: Dir, offset: Offset = 0, limit: Limit = None, type: TypeFilter = None,
+                   q: Search = None, order: Order = "file") -> FileList:
         entries = mdir.list_entries()
-        return FileList(place=place_info(mdir.place), count=len(entries), files=[entry_out(e) for e in entries])
+        types: dict[str, int] = {}
+        for e in entries:
+            types[e.type] = types.get(e.type, 0) + 1
+        chosen = filter_entries(entries, type, q, order)
+        page = chosen[offset:] if limit is None else chosen[offset:offset + limit]
+        return FileList(place=place_info(mdir.place), count=len(page), files=[entry_out(e) for e in page],
+                        matched=len(chosen), types=types)
 
     @router.delete(prefix, response_model=Cleared, summary="Clear: delete every memory file and the index", **opts)
     def clear(mdir: Dir) -> Cleared:

@@ -1,0 +1,62 @@
+"""Request and response models of the endpoints the ``/ui`` page added to the API.
+
+Why separate from ``schemas``: they serve a form (a memory file as fields), the page's
+"who am I" probe and the operator's place list; the core API models stay as they were.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from .schemas import MAX_CONTENT_CHARS, PlaceSummary, _Strict
+
+
+class MemoryForm(BaseModel):
+    """A memory file split into its frontmatter fields and body (what the edit form shows)."""
+
+    file: str
+    name: str
+    description: str
+    type: str
+    body: str
+    extra: dict[str, Any] = Field(default_factory=dict, description="Frontmatter keys kept as they are.")
+    etag: str = Field(description="Send it back as `If-Match` so a concurrent change is not overwritten.")
+    last_modified: float
+
+
+class MemoryFormIn(_Strict):
+    """The edited fields; the file is composed from them and validated exactly as the tools' saves."""
+
+    name: str = Field(max_length=1000)
+    description: str = Field(max_length=5000)
+    type: str = Field(max_length=40)
+    body: str = Field(max_length=MAX_CONTENT_CHARS)
+
+
+class WhoAmI(BaseModel):
+    """Who the server takes the caller to be, and the defaults the page opens with."""
+
+    user_id: str | None = Field(description="The caller's user id (None: an operator naming no user).")
+    admin: bool = Field(description="Whether the caller presented the admin token.")
+    user_source: str
+    agent_type: str = Field(description="The agent type the page opens with.")
+    project: str = Field(description="The auto-memory project (`agent.project`).")
+    token_required: bool = Field(description="Whether `server.api_token` is set.")
+
+
+class AllPlaces(BaseModel):
+    """Every memory directory in the store with its counts and sizes (operator view; LIST)."""
+
+    users: int
+    places: list[PlaceRow]
+
+
+class PlaceRow(PlaceSummary):
+    user_id: str | None = None
+    agent_type: str | None = None
+    project: str | None = None
+
+
+AllPlaces.model_rebuild()

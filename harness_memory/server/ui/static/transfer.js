@@ -1,0 +1,61 @@
+// Export (JSON bundle or zip), import (merge or replace), and "forget everything" behind a
+// typed confirmation. Downloads go through fetch (the credentials are headers, not cookies).
+import { api } from './api.js';
+import { confirmBox, h, toast } from './dom.js';
+
+export function transferView(view, userBase, user) {
+  const result = h('pre', { class: 'result', id: 'transfer-result' });
+  const err = h('div', { class: 'error', id: 'transfer-error', role: 'alert' });
+  const download = async (format) => {
+    err.textContent = '';
+    try {
+      const resp = await api('GET', `${userBase}/memory/export?format=${format}`, { raw: true });
+      const blob = await resp.blob();
+      const link = h('a', { id: `download-${format}`, download: `memory-${user}.${format}` });
+      link.href = URL.createObjectURL(blob);
+      document.body.append(link);
+      link.click();
+      setTimeout(() => { URL.revokeObjectURL(link.href); link.remove(); }, 1000);
+    } catch (e) { err.textContent = e.message; }
+  };
+  const fileIn = h('input', { type: 'file', id: 'import-file', accept: '.json,.zip,application/json,application/zip' });
+  const mode = h('select', { id: 'import-mode' }, h('option', { value: 'merge' }, 'merge: add and overwrite'),
+    h('option', { value: 'replace' }, 'replace: clear first'));
+  const doImport = async (event) => {
+    event.preventDefault();
+    err.textContent = '';
+    result.textContent = '';
+    const file = fileIn.files[0];
+    if (!file) { err.textContent = 'choose an exported .json or .zip file first'; return; }
+    const zip = file.name.toLowerCase().endsWith('.zip');
+    try {
+      const report = await api('POST', `${userBase}/memory/import?mode=${mode.value}`, {
+        body: await file.arrayBuffer(), headers: { 'Content-Type': zip ? 'application/zip' : 'application/json' } });
+      result.textContent = report.places.map((p) =>
+        `${p.path}: ${p.created} created, ${p.updated} updated, ${p.unchanged} unchanged, ${p.cleared} cleared`)
+        .join('\n') || 'nothing to import';
+      toast(`Imported ${report.written} files`);
+    } catch (e) { err.textContent = e.message; }
+  };
+  const forget = () => view.append(confirmBox(
+    'Forget everything: every memory, fact and the profile of this user is deleted. This cannot be undone.',
+    'forget', async () => {
+      try {
+        const done = await api('DELETE', `${userBase}/memory`);
+        result.textContent = `Forgot ${done.deleted_files} files in ${done.places.length} places.`;
+        toast('Everything forgotten');
+      } catch (e) { err.textContent = e.message; }
+    }));
+  view.append(h('section', { class: 'card' }, h('h2', {}, 'Export'),
+    h('p', { class: 'hint' }, 'Everything the assistant remembers about you, as one file you can keep or import later.'),
+    h('div', { class: 'row' },
+      h('button', { type: 'button', id: 'export-json', on: { click: () => download('json') } }, 'Export JSON'),
+      h('button', { type: 'button', id: 'export-zip', on: { click: () => download('zip') } }, 'Export zip'))),
+  h('section', { class: 'card' }, h('h2', {}, 'Import'),
+    h('form', { class: 'row', id: 'import-form', on: { submit: doImport } }, fileIn, mode,
+      h('button', { type: 'submit', id: 'import-go' }, 'Import'))),
+  h('section', { class: 'card danger-zone' }, h('h2', {}, 'Forget everything'),
+    h('p', { class: 'hint' }, 'Deletes all of your memory: agent memories, facts and profile.'),
+    h('button', { type: 'button', class: 'danger', id: 'forget', on: { click: forget } }, 'Forget everything…')),
+  err, result);
+}
