@@ -74,7 +74,9 @@ def test_metrics_after_a_scripted_conversation(make_config: Callable[..., Memory
     cfg = make_config(backend="cos", redis=True,
                       model={"model": "fake-model", "base_url": llm_server.base_url, "api_key": "k"},
                       session={"first_threshold_tokens": 1, "update_threshold_tokens": 1, "min_tool_calls": 0},
-                      auto={"debounce_seconds": 0.1, "max_wait_seconds": 1, "min_interval_seconds": 0},
+                      auto={"debounce_seconds": 0.1, "max_wait_seconds": 1, "min_interval_seconds": 0,
+                            # separate calls, so each purpose is counted on its own
+                            "combine_with_summary": False},
                       recall={"model_above": 0})
     services = MemoryServices.from_config(cfg)
     try:
