@@ -317,7 +317,10 @@ class ObserveConfig(_Section):
 LOCAL_PROFILE: dict[str, dict[str, Any]] = {
     "model": {"model_timeout": 600.0, "light_timeout": 600.0},
     "recall": {"model_timeout": 45.0},
-    "session": {"lock_ttl_seconds": 900, "failure_backoff_seconds": 300.0, "extract_max_input_tokens": 8000},
+    # summary_max_chars also caps a summary's completion tokens (half of it): a small model that
+    # loops would otherwise write 6,000 tokens at a few tokens/s (measured: a 0.5B summary hit 600 s)
+    "session": {"lock_ttl_seconds": 900, "failure_backoff_seconds": 300.0, "extract_max_input_tokens": 8000,
+                "summary_max_chars": 4000},
     "auto": {"max_attempts": 2, "max_conversation_tokens": 4000},
 }
 

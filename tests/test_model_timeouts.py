@@ -88,6 +88,7 @@ def test_local_profile_sets_cpu_sized_defaults_and_explicit_settings_win() -> No
     assert local.model.model_timeout == LOCAL_PROFILE["model"]["model_timeout"]
     assert local.model.light_timeout == LOCAL_PROFILE["model"]["light_timeout"]
     assert local.auto.max_attempts == LOCAL_PROFILE["auto"]["max_attempts"]
+    assert local.session.summary_max_chars == 4000 < hosted.session.summary_max_chars
     assert local.session.lock_ttl_seconds == 1000 and local.recall.model_timeout == 5  # given: kept
     # a summary may use the whole light timeout and still hold its lock
     assert LOCAL_PROFILE["session"]["lock_ttl_seconds"] >= LOCAL_PROFILE["model"]["light_timeout"] + 10
