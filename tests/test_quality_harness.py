@@ -102,7 +102,6 @@ def test_a_failing_model_is_counted_and_memory_still_holds(run_with: Callable[..
                                                          for c in report.calls if c.seconds > TIMEOUT]
     agent_gave_up = [c for c in report.calls if c.purpose == "agent" and c.client_gave_up]
     assert len(agent_gave_up) == len(FAILING_SCENARIOS)
-    assert all("?" in c.content or c.content == "late answer" for c in agent_gave_up)
     assert t["used_next_session"] == 0
     # 4. wrong corrections (invented, or reversed for the pandas/Polars user) and removals of every fact
     assert all(r.wrong_corrections_proposed >= 1 for r in report.results)

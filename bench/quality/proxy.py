@@ -14,13 +14,13 @@ that call is recorded with ``client_gave_up`` (the model was too slow for its ti
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import json
 import select
 import socket
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -149,6 +149,43 @@ def _client_closed(conn: socket.socket) -> bool:
         return True
 
 
+def _exchange(proxy: RecordingProxy, method: str, path: str, raw: bytes | None, headers: dict[str, str],
+              client: socket.socket, call: Call) -> tuple[int, bytes, str]:
+    """Send the request upstream and wait for the answer, watching the client: when our client
+    gives up (its timeout), the upstream connection is closed too, as the client's own would have
+    been — llama.cpp's server then cancels the generation instead of finishing it for nobody (with
+    one slot, every later call would wait behind it)."""
+    parts = urlsplit(proxy.upstream_origin)
+    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=UPSTREAM_TIMEOUT)
+    box: dict[str, Any] = {}
+
+    def fetch() -> None:
+        try:
+            conn.request(method, path, body=raw, headers=headers)
+            resp = conn.getresponse()
+            box["answer"] = (resp.status, resp.read(), resp.getheader("Content-Type", ""))
+        except (OSError, http.client.HTTPException) as exc:
+            box["error"] = exc
+
+    worker = threading.Thread(target=fetch, daemon=True, name="quality-proxy-upstream")
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.25)
+        if worker.is_alive() and _client_closed(client):
+            call.client_gave_up = True
+            with contextlib.suppress(OSError):
+                if conn.sock is not None:
+                    conn.sock.shutdown(socket.SHUT_RDWR)
+            conn.close()
+            worker.join(5)
+            return 499, b"", ""
+    conn.close()
+    if "answer" in box:
+        return box["answer"]  # type: ignore[no-any-return]
+    call.error = f"upstream: {box.get('error')}"
+    return 502, json.dumps({"error": {"message": call.error}}).encode(), "application/json"
+
+
 def _handler(proxy: RecordingProxy) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -176,22 +213,16 @@ def _handler(proxy: RecordingProxy) -> type[BaseHTTPRequestHandler]:
                         time.time())
             headers = {k: v for k, v in self.headers.items()
                        if k.lower() in ("content-type", "authorization", "accept")}
-            request = urllib.request.Request(self.proxy_url(), data=raw, headers=headers, method=method)
             start = time.monotonic()
-            try:
-                with urllib.request.urlopen(request, timeout=UPSTREAM_TIMEOUT) as resp:
-                    status, data, ctype = resp.status, resp.read(), resp.headers.get("Content-Type", "")
-            except urllib.error.HTTPError as exc:
-                status, data, ctype = exc.code, exc.read(), exc.headers.get("Content-Type", "")
-            except OSError as exc:
-                status, data, ctype = 502, json.dumps({"error": {"message": str(exc)}}).encode(), "application/json"
-                call.error = f"upstream: {exc}"
+            status, data, ctype = _exchange(proxy, method, self.path, raw, headers, self.connection, call)
             call.seconds = time.monotonic() - start
             call.status = status
+            if call.client_gave_up:  # nobody to answer; the server was told to stop (connection closed)
+                self.close_connection = True
+                proxy.record(call if is_chat else None)
+                return
             if is_chat and status == 200:
                 _parse_answer(call, data)
-            if _client_closed(self.connection):
-                call.client_gave_up = True
             try:
                 self.send_response(status)
                 self.send_header("Content-Type", ctype or "application/json")
@@ -202,9 +233,6 @@ def _handler(proxy: RecordingProxy) -> type[BaseHTTPRequestHandler]:
             except OSError:
                 call.client_gave_up = True
             proxy.record(call if is_chat else None)
-
-        def proxy_url(self) -> str:
-            return proxy.upstream_origin + self.path
 
         def do_POST(self) -> None:
             self._forward("POST")
