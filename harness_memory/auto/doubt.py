@@ -73,6 +73,11 @@ class Conversation:
         norm = normalize_text(text)
         return bool(norm) and norm in self._user_norm
 
+    def user_mentions(self, text: str) -> bool:
+        """Whether the user's words share a content word with ``text`` (True when nothing was
+        captured: without the conversation there is nothing to doubt with)."""
+        return self.empty or bool(terms(text) & self._user_terms)
+
     def evidence(self, content: str, quote: str | None) -> Evidence:
         """Where a proposed fact comes from (see the module docstring)."""
         if self.empty:
