@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 SERVE_HOST ?= 127.0.0.1
 SERVE_PORT ?= 8765
 
-.PHONY: test serve bench lint venv redis-server chromium clean
+.PHONY: test serve bench eval-model lint venv redis-server chromium clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -52,6 +52,11 @@ serve: venv
 
 bench: venv redis-server chromium
 	$(PY) -m bench.run
+
+# The memory quality harness against the configured agent and light models (HARNESS_MEMORY_MODEL,
+# HARNESS_MEMORY_BASE_URL, ...; README "Run it fully offline"). EVAL_SCENARIOS=role_en,role_zh picks some.
+eval-model: venv
+	$(PY) -m bench.quality --out bench/QUALITY.md $(EVAL_ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check harness_memory tests bench examples

@@ -6,24 +6,77 @@ configured model is built once per ``MemoryServices`` and shared — agno keeps 
 on it and copies what it needs per run. agno caches the model's async client, which belongs to
 the event loop that created it; ``LoopAwareOpenAILike`` makes a new one when a run comes from
 another loop (scripts calling ``asyncio.run`` per turn), so sharing never breaks ``arun()``.
+
+Timeouts: a request that timed out is NOT retried. The model was still writing a long answer;
+asking again costs the same time again (a 1.5B CPU model's first turn took 113 s: 60 s, a
+timeout, then the retry) and the user waits twice. Connection failures and 429/5xx are still
+retried once. Every call's latency and tokens go to ``llm_latency`` (per model id).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
+import httpx2
+import openai
 from agno.models.base import Model
 from agno.models.openai.like import OpenAILike
 
+from . import llm_latency
 from .config import ModelConfig
 from .errors import ModelNotConfigured
 
 _NO_KEY = "not-provided"  # local OpenAI-compatible servers need no key, the client needs a value
 
 
+class _NoTimeoutRetry(httpx2.HTTPTransport):
+    """Turns a timeout into ``openai.APITimeoutError`` inside the transport: the SDK retries
+    httpx timeouts but passes its own errors through, so a timed-out request is not sent again."""
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        try:
+            return super().handle_request(request)
+        except httpx2.TimeoutException as exc:
+            raise openai.APITimeoutError(request=request) from exc
+
+
+class _AsyncNoTimeoutRetry(httpx2.AsyncHTTPTransport):
+    """The async twin of ``_NoTimeoutRetry``."""
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        try:
+            return await super().handle_async_request(request)
+        except httpx2.TimeoutException as exc:
+            raise openai.APITimeoutError(request=request) from exc
+
+
+def _timed_out(exc: BaseException) -> bool:
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, openai.APITimeoutError | httpx2.TimeoutException):
+            return True
+        seen = seen.__cause__
+    return False
+
+
+def _tokens(response: Any) -> int:
+    """Total tokens of agno's ``ModelResponse`` (``response_usage``) or a raw completion (``usage``)."""
+    usage = getattr(response, "response_usage", None) or getattr(response, "usage", None)
+    total = getattr(usage, "total_tokens", 0)
+    return total if isinstance(total, int) else 0
+
+
 class LoopAwareOpenAILike(OpenAILike):
-    """``OpenAILike`` whose cached async client follows the running event loop."""
+    """``OpenAILike`` whose cached async client follows the running event loop, whose timed-out
+    requests are not retried, and whose calls are timed per model (``llm_latency``)."""
+
+    def get_client(self) -> Any:
+        if self.client is None or self.client.is_closed():
+            self.client = openai.OpenAI(**self._get_client_params(),
+                                        http_client=openai.DefaultHttpxClient(transport=_NoTimeoutRetry()))
+        return self.client
 
     def get_async_client(self) -> Any:
         try:
@@ -32,9 +85,36 @@ class LoopAwareOpenAILike(OpenAILike):
             loop = None
         if self.async_client is not None and getattr(self, "_hm_loop", None) is not loop:
             self.async_client = None  # made on another (maybe closed) loop: make a fresh one
-        client = super().get_async_client()
+        if self.async_client is None or self.async_client.is_closed():
+            self.async_client = openai.AsyncOpenAI(
+                **self._get_client_params(),
+                http_client=openai.DefaultAsyncHttpxClient(transport=_AsyncNoTimeoutRetry()))
         self._hm_loop = loop
-        return client
+        return self.async_client
+
+    def invoke(self, *args: Any, **kwargs: Any) -> Any:
+        start = time.monotonic()
+        try:
+            response = super().invoke(*args, **kwargs)
+        except Exception as exc:
+            self._record_failure(exc)
+            raise
+        llm_latency.record(self.id, time.monotonic() - start, _tokens(response))
+        return response
+
+    async def ainvoke(self, *args: Any, **kwargs: Any) -> Any:
+        start = time.monotonic()
+        try:
+            response = await super().ainvoke(*args, **kwargs)
+        except Exception as exc:
+            self._record_failure(exc)
+            raise
+        llm_latency.record(self.id, time.monotonic() - start, _tokens(response))
+        return response
+
+    def _record_failure(self, exc: BaseException) -> None:
+        if _timed_out(exc) and isinstance(self.timeout, int | float):
+            llm_latency.record(self.id, float(self.timeout), timed_out=True)
 
 
 class UnconfiguredModel(Model):

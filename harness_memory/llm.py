@@ -10,10 +10,12 @@ to degrade (a memory failure must never fail the user's run).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +23,7 @@ from typing import Any
 import openai
 from openai import AsyncOpenAI, OpenAI
 
+from harness_memory import llm_latency
 from harness_memory.config import ModelConfig
 from harness_memory.errors import HarnessMemoryError
 from harness_memory.observe import DISABLED, Telemetry
@@ -190,8 +193,9 @@ class LightModel:
     ) -> LLMResult:
         """One completion; raises ``LLMError`` on any failure (callers degrade). ``purpose``
         (``summary``, ``extraction``, ``recall``, …) labels the call's metrics and span."""
-        with self.telemetry.llm_call(purpose) as call:
-            return self._complete(messages, json_mode, max_tokens, timeout, call)
+        with self.telemetry.llm_call(purpose) as call, self._timed(timeout) as timing:
+            timing.result = self._complete(messages, json_mode, max_tokens, timeout, call)
+            return timing.result
 
     def _complete(self, messages: list[dict[str, Any]], json_mode: bool, max_tokens: int | None,
                   timeout: float | None, call: Any) -> LLMResult:
@@ -225,8 +229,9 @@ class LightModel:
         purpose: str = "other",
     ) -> LLMResult:
         """The async twin of ``complete`` (same errors, same counters)."""
-        with self.telemetry.llm_call(purpose) as call:
-            return await self._acomplete(messages, json_mode, max_tokens, timeout, call)
+        with self.telemetry.llm_call(purpose) as call, self._timed(timeout) as timing:
+            timing.result = await self._acomplete(messages, json_mode, max_tokens, timeout, call)
+            return timing.result
 
     async def _acomplete(self, messages: list[dict[str, Any]], json_mode: bool, max_tokens: int | None,
                          timeout: float | None, call: Any) -> LLMResult:
@@ -256,6 +261,21 @@ class LightModel:
         self._client.close()
 
     # -- internals -------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _timed(self, timeout: float | None) -> Iterator[_Timing]:
+        """Record the call's latency per model (``llm_latency``): an answer with its tokens, a
+        timeout as a sample of the timeout (a lower bound); other failures say nothing of speed."""
+        timing = _Timing()
+        start = time.monotonic()
+        try:
+            yield timing
+        except LLMTimeout:
+            llm_latency.record(self.model, timeout or self.timeout, timed_out=True)
+            raise
+        if timing.result is not None:
+            r = timing.result
+            llm_latency.record(self.model, time.monotonic() - start, r.prompt_tokens + r.completion_tokens)
+
     def _async_client(self) -> AsyncOpenAI:
         loop = asyncio.get_running_loop()
         with self._lock:
@@ -321,6 +341,11 @@ class LightModel:
         model = getattr(response, "model", None)
         return LLMResult(text=text, prompt_tokens=prompt, completion_tokens=completion,
                          model=model if isinstance(model, str) and model else self.model)
+
+
+@dataclass
+class _Timing:
+    result: LLMResult | None = None
 
 
 def _status_message(exc: Any) -> str:

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .escape import block
-from .memdir import FRONTMATTER_EXAMPLE, CappedText, MemoryDir, cap_index
+from .examples import EXAMPLE_INTRO, FRONTMATTER_EXAMPLE
+from .memdir import CappedText, MemoryDir, cap_index
 from .memdir.index import render_index
 
 Scope = Literal["user", "project", "local"]
@@ -37,13 +38,14 @@ NOT_SAVE_SECTION = """## What NOT to save
 HOW_SAVE_SECTION = f"""## How to save memories
 Call `save_file(file_name, content)` with a short, descriptive file name ending in `.md`
 (e.g. `user_role.md`, `feedback_report_language.md`) and the whole file as content. Every file starts with
-YAML frontmatter, then the memory in markdown:
+YAML frontmatter (name, description, type), then the memory in markdown. {EXAMPLE_INTRO}
 
 ```markdown
 {FRONTMATTER_EXAMPLE}
 ```
 
-- `description` is one line that lets a future you judge relevance without opening the file.
+- `description` is one line, in your own words, saying what THIS memory holds (e.g. the user's role and
+  stack) so a future you can judge relevance without opening the file.
 - One topic per file; keep files short. For feedback, state the rule, then **Why:** and **How to apply:**.
 - To change part of a memory use `replace_file_chunk(file_name, old_chunk, new_chunk)`; to remove a
   wrong or outdated memory use `delete_file(file_name)`.

@@ -32,7 +32,8 @@ from .errors import (
     StorageUnavailable,
 )
 from .escape import inline
-from .memdir import FRONTMATTER_EXAMPLE, MemoryDir
+from .examples import DESCRIPTION_HINT, FRONTMATTER_EXAMPLE, copied_example
+from .memdir import MemoryDir, MemoryFile, parse_memory
 from .observe import DISABLED, Telemetry, wrap_context
 
 log = logging.getLogger(__name__)
@@ -79,6 +80,32 @@ def _friendly(action: str) -> Callable[[Callable[..., str]], Callable[..., str]]
         return inner
 
     return wrap
+
+
+def refuse_copied_examples(memory: MemoryFile | None) -> None:
+    """Raise ``MemoryFormatError`` (a message the model can act on) when a memory's description or
+    body is copied from our own examples or templates (``harness_memory.examples``).
+
+    Why in the tool and not in ``MemoryDir.save``: the tool's caller is a model that was shown the
+    examples; imports, snapshots and people writing files were not. The name is not checked: it is
+    a label (``user_role``), and a real memory may well use the example's kind of name."""
+    if memory is None:
+        return
+    problems = [f"the {what} {_short(text)}" for what, text in (("description", memory.description),
+                                                              ("body", memory.body))
+                if copied_example(text) is not None]
+    if problems:
+        raise MemoryFormatError(
+            f"{' and '.join(problems)} {'is' if len(problems) == 1 else 'are'} copied from the example or "
+            "template in your instructions, not about this user. Nothing was saved. Write the description as "
+            "one line in your own words saying what this memory holds (e.g. "
+            f"\"{DESCRIPTION_HINT}\" — but from what THIS user said), and the body as the memory itself, "
+            "then call save_file again.")
+
+
+def _short(text: str, limit: int = 80) -> str:
+    flat = " ".join(text.split())
+    return repr(flat if len(flat) <= limit else flat[: limit - 1] + "…")
 
 
 class MemoryTools(Toolkit):
@@ -134,6 +161,7 @@ class MemoryTools(Toolkit):
             What was saved, or an error message saying what to fix.
         """
         memdir, rel = self._route(file_name, write=True)
+        refuse_copied_examples(parse_memory(content) if isinstance(content, str) else None)
         result = memdir.save(rel, content)
         verb = "Created" if result.created else "Updated"
         return f"{verb} memory {file_name} ({result.entry.type}: {result.entry.description}). MEMORY.md updated."
@@ -211,6 +239,10 @@ class MemoryTools(Toolkit):
             What changed, or an error message saying what to fix.
         """
         memdir, rel = self._route(file_name, write=True)
+        if isinstance(new_chunk, str) and new_chunk.strip() and copied_example(new_chunk) is not None:
+            raise MemoryFormatError(f"new_chunk {_short(new_chunk)} is copied from the example in your "
+                                    "instructions, not something this user said. Nothing was changed; write "
+                                    "the new text in your own words from the conversation.")
         result = memdir.replace_chunk(rel, old_chunk, new_chunk)
         return f"Updated memory {file_name} ({result.entry.type}: {result.entry.description}). MEMORY.md updated."
 
@@ -312,7 +344,7 @@ def search_places(own: MemoryDir, shared: MemoryDir | None, query: str, limit: i
         shared_name = r.file.startswith(SHARED_PREFIX)
         manifest = shared_manifest if shared_name else own_manifest
         entry = manifest.entries.get(r.file[len(SHARED_PREFIX):] if shared_name else r.file) if manifest else None
-        head = f"- {r.file}" + (f" ({entry.type or 'unknown'}) — {entry.description}" if entry else "")
+        head = f"- {r.file}" + (f" ({entry.type or 'unknown'}) — {inline(entry.description)}" if entry else "")
         read = reads.get(r.file)
         lines = matching_lines(read.text, query) if read is not None else []
         out.append(head + "".join(f"\n    {line}" for line in lines))
@@ -320,4 +352,4 @@ def search_places(own: MemoryDir, shared: MemoryDir | None, query: str, limit: i
 
 
 __all__ = ["FRONTMATTER_EXAMPLE", "SEARCH_TOOL_NAME", "SHARED_PREFIX", "TOOL_NAMES", "MemoryTools",
-           "matching_lines", "search_places"]
+           "matching_lines", "refuse_copied_examples", "search_places"]

@@ -137,6 +137,34 @@ def test_4_invalid_additions_block_the_removals(pod: Callable[..., AutoMemory], 
     assert auto.rejections["removal_with_invalid_additions"] == 1
 
 
+def test_4_a_replacement_about_something_else_removes_nothing(pod: Callable[..., AutoMemory],
+                                                               llm_server: ScriptedLLM) -> None:
+    """Seen with Qwen2.5-Coder-0.5B (issue 15): a Chinese user gave their job; the model added it and
+    listed an unrelated old fact in factsToRemove with replacedBy pointing at the new fact."""
+    auto = pod()
+    ids = {}
+    for content in ("Has a cat named Miso", "Works on the payments team"):
+        old = auto.add_fact("u1", content, "context", 0.9)
+        with AutoPlace(auto.services.user_auto_dir("u1")).transaction() as txn:  # learned, not manual
+            fact = txn.view.facts[old.id]
+            fact.source = "auto:s0"
+            txn.put_fact(fact)
+        ids[content] = old.id
+    llm_server.script(text(json.dumps({
+        "newFacts": [{"content": "杭州一家银行的后端工程师，用 Go 写支付服务", "category": "context",
+                      "confidence": 0.95},
+                     {"content": "Works on the payments platform team", "category": "context", "confidence": 0.95}],
+        "factsToRemove": [{"id": ids["Has a cat named Miso"], "reason": "outdated", "replacedBy": 0},
+                          {"id": ids["Works on the payments team"], "reason": "renamed", "replacedBy": 1}],
+    }, ensure_ascii=False)))
+    say(auto, "你好，我是杭州一家银行的后端工程师，主要用 Go 写支付服务。我们组现在叫 payments platform team。")
+    assert auto.flush(10)
+    left = {f.content for f in auto.list_facts("u1")}
+    assert "Has a cat named Miso" in left  # unrelated: kept
+    assert "Works on the payments team" not in left  # shares words with its replacement: replaced
+    assert auto.rejections["removal_replacement_unrelated"] == 1
+
+
 # -- 5. uploads never reach the extractor --------------------------------------------------------------
 def test_5_current_uploads_blocks_and_upload_only_turns_are_dropped() -> None:
     captured = capture_messages([

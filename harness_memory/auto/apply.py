@@ -32,7 +32,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
-from .doubt import Evidence, reversed_correction, task_scope_label
+from .doubt import Evidence, reversed_correction, task_scope_label, terms
 from .lifecycle import expiry_for, is_expired, paraphrase_key, to_evict
 from .model import MAX_FACT_CHARS, MAX_SECTION_CHARS, MAX_SOURCE_ERROR_CHARS, Category, Fact, clean_section, one_line
 from .plan import (
@@ -281,6 +281,12 @@ def _apply_reinforcements(plan: UpdatePlan, txn: AutoTxn, snapshot: AutoView, ct
             report.confirmed.append(fid)
 
 
+def _related(old: Fact, new: Fact, ctx: ApplyContext) -> bool:
+    """Whether a new fact can contradict ``old``: they share a content word, or the user's words
+    touch ``old`` ("I moved from Windows to macOS"); always True without a conversation."""
+    return bool(terms(old.content) & terms(new.content)) or ctx.conversation.user_mentions(old.content)
+
+
 def _apply_removals(plan: UpdatePlan, txn: AutoTxn, snapshot: AutoView, rules: ApplyRules, ctx: ApplyContext,
                     stored: dict[int, str], report: ApplyReport) -> None:
     if not plan.removals:
@@ -305,6 +311,11 @@ def _apply_removals(plan: UpdatePlan, txn: AutoTxn, snapshot: AutoView, rules: A
         replaced = replacement is not None and replacement != removal.id and replacement in txn.view.facts
         if fact.is_manual and not forget:
             report.reject("removal_of_manual_fact", removal.id)
+        elif replaced and not forget and not _related(fact, txn.view.facts[replacement or ""], ctx):
+            # "replacedBy" names a new fact about something else, and the user never spoke of
+            # the old one: no contradiction (a 0.5B model "replaced" "Has a cat named Miso" by the
+            # user's job). Kept; a stale fact costs less than a lost one.
+            report.reject("removal_replacement_unrelated", removal.id)
         elif not (replaced or forget):
             reason = "removal_replacement_refused" if removal.replaced_by is not None else "removal_without_reason"
             report.reject(reason, removal.id)

@@ -23,27 +23,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from .model import normalize_text
+from ..examples import LEGACY_EXAMPLES, ExampleTexts, bare_placeholder, normalize_text
 
 #: Scope labels that keep a fact out of user memory.
 TASK_SCOPES = frozenset({"session", "task", "thread", "project", "repo", "repository", "conversation", "chat",
                          "temporary", "local", "workspace", "file"})
-#: Placeholders a template or a lazy model produces (compared after ``normalize_text``).
-_GENERIC = frozenset({"", "string", "text", "content", "fact", "thefact", "example", "todo", "tbd", "na",
-                      "none", "null", "xxx", "placeholder", "yourfacthere", "factcontent", "summary",
-                      "sourceerror", "evidence", "reason"})
 #: Field descriptions of the prompt's rules, refused when a whole text is just one of them.
 FIELD_PHRASES = ("the right way", "the assistant's mistake", "the fact", "the user's own words it comes from",
                  "the last day it is true", "YYYY-MM-DD")
-#: Example texts of earlier prompt versions (a model trained on our old prompt, or a cached one).
-LEGACY_EXAMPLES = (
-    "I am a frontend engineer",
-    "what the assistant did wrong",
-    "one line saying what this memory holds",
-)
 _FIELD_PHRASES = frozenset(normalize_text(p) for p in FIELD_PHRASES)
-_TEMPLATE = re.compile(r"^\s*(?:<[^<>]{1,80}>|\{[^{}]{1,80}\}|\[[^\[\]]{1,80}\])\s*$")
-_MIN_EXAMPLE_CHARS = 12  # an example text shorter than this is only refused as a whole
 # Words that carry no content for matching (negations are kept: they carry the polarity).
 _STOP = frozenset({"a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "from", "has", "have", "he",
                    "her", "his", "i", "if", "in", "into", "is", "it", "its", "me", "my", "of", "on", "or",
@@ -84,6 +72,11 @@ class Conversation:
         """Whether ``text`` (normalized) occurs in the user's words."""
         norm = normalize_text(text)
         return bool(norm) and norm in self._user_norm
+
+    def user_mentions(self, text: str) -> bool:
+        """Whether the user's words share a content word with ``text`` (True when nothing was
+        captured: without the conversation there is nothing to doubt with)."""
+        return self.empty or bool(terms(text) & self._user_terms)
 
     def evidence(self, content: str, quote: str | None) -> Evidence:
         """Where a proposed fact comes from (see the module docstring)."""
@@ -147,21 +140,17 @@ def _overlap(quote: str, haystack: str) -> float:
 
 
 class Placeholders:
-    """Texts that are ours, not the user's: every string of the prompt's example answer, the
-    legacy examples and bare template placeholders."""
+    """Texts that are ours, not the user's: the given example texts, the registry's legacy
+    templates (``examples.LEGACY_EXAMPLES``), the rules' field phrases and bare placeholders."""
 
     def __init__(self, examples: Iterable[str]) -> None:
-        self._examples = frozenset(n for n in (normalize_text(e) for e in (*examples, *LEGACY_EXAMPLES)) if n)
+        self._texts = ExampleTexts([*examples, *LEGACY_EXAMPLES])
 
     def copied(self, text: str, conversation: Conversation | None = None) -> bool:
         """Whether ``text`` is a placeholder or copies an example (and the user did not say it)."""
-        if _TEMPLATE.match(text):
+        if bare_placeholder(text) or normalize_text(text) in _FIELD_PHRASES:
             return True
-        norm = normalize_text(text)
-        if norm in _GENERIC or norm in _FIELD_PHRASES or norm.isdigit():
-            return True
-        hit = next((e for e in self._examples
-                    if norm == e or (len(e) >= _MIN_EXAMPLE_CHARS and e in norm)), None)
+        hit = self._texts.example(text)
         if hit is None:
             return False
         return not (conversation is not None and conversation.user_said(hit))

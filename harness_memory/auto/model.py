@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import re
-import unicodedata
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from ..examples import normalize_text
 from ..memdir import MemoryType
 
 FACT_PREFIX = "fact-"
@@ -290,13 +290,6 @@ class Batch:
         self.signals = self.signals.merge(signals)
         self.last_at = max(self.last_at, now)
 
-
-_PUNCT_OR_SPACE = re.compile(r"[\s\W_]+", re.UNICODE)
-
-
-def normalize_text(text: str) -> str:
-    """Key for near-duplicate detection: NFKC, case-folded, spaces and punctuation removed."""
-    return _PUNCT_OR_SPACE.sub("", unicodedata.normalize("NFKC", text).casefold())
 
 
 _SECTION_HEADING = re.compile(r"^##(?=\s)", re.MULTILINE)

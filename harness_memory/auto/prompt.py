@@ -117,11 +117,16 @@ def _strings(value: object) -> Iterator[str]:
             yield from _strings(item)
 
 
-#: Every text of the example (and the example conversation's sentences): refused as memory.
-PLACEHOLDERS = Placeholders([s for s in _strings(example_answer(dt.date(2000, 1, 3)))
-                             if not s[:4].isdigit() and not s.startswith("fact-")
-                             and s not in ("context", "correction")]
-                            + [p.strip() for p in EXAMPLE_CONVERSATION.removeprefix("User:").split(".") if p.strip()])
+def example_texts() -> list[str]:
+    """Every text of the worked example and the example conversation's sentences — part of the
+    one registry of our example texts (``harness_memory.examples``), refused as memory."""
+    return ([s for s in _strings(example_answer(dt.date(2000, 1, 3)))
+             if not s[:4].isdigit() and not s.startswith("fact-") and s not in ("context", "correction")]
+            + [p.strip() for p in EXAMPLE_CONVERSATION.removeprefix("User:").split(".") if p.strip()])
+
+
+#: The extraction apply step's placeholder check (the example texts and the legacy templates).
+PLACEHOLDERS = Placeholders(example_texts())
 
 
 def today_line(today: dt.date) -> str:

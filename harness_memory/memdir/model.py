@@ -17,11 +17,8 @@ from typing import Any
 import yaml
 
 from ..errors import MemoryFormatError
+from ..examples import FRONTMATTER_EXAMPLE
 
-FRONTMATTER_EXAMPLE = (
-    "---\nname: user_role\ndescription: one line saying what this memory holds\n"
-    "type: user\n---\n\nThe memory itself, in markdown."
-)
 # libyaml's loader when present (several times faster; readers parse many files).
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 MAX_NAME_CHARS = 200

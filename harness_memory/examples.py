@@ -1,0 +1,110 @@
+"""Our own example texts, in one registry, and the check that refuses them as memory.
+
+Why: a small model copies the shape — and often the words — of what it is shown. The first
+memory-file example was a template (``description: one line saying what this memory holds``),
+and a 1.5B model saved it verbatim in 3 of 5 saves, so the next session's MEMORY.md said
+nothing. So every example we show a model is now a concrete, realistic memory of a made-up
+person, introduced as an example, and every text of every example (the memory-file example
+here, the extraction prompt's worked example in ``auto/prompt.py``, the templates of earlier
+versions) is refused when a model hands it back as memory.
+
+Comparison is on normalised text (NFKC, case-folded, spaces and punctuation removed), so a copy
+with other spacing, quotes or capitals is still a copy; an example text of at least
+``MIN_EXAMPLE_CHARS`` is also refused inside a longer text (``"I am a frontend engineer, …"``).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import unicodedata
+from collections.abc import Iterable
+
+# -- the memory-file example the agent is shown (prompt, tool errors) -----------------------------
+EXAMPLE_FILE_NAME = "user_sql_dialect.md"
+EXAMPLE_NAME = "user_sql_dialect"
+EXAMPLE_DESCRIPTION = "Data analyst on BigQuery; wants BigQuery SQL, never PostgreSQL syntax"
+EXAMPLE_BODY = ("Data analyst at a freight company (said 2026-03-02). Their warehouse is BigQuery, so write "
+                "its dialect (backtick-quoted tables, SAFE_CAST) and never PostgreSQL-only syntax.")
+FRONTMATTER_EXAMPLE = (f"---\nname: {EXAMPLE_NAME}\ndescription: {EXAMPLE_DESCRIPTION}\n"
+                       f"type: user\n---\n\n{EXAMPLE_BODY}")
+#: How every prompt introduces an example: what it is, and that its words are refused.
+EXAMPLE_INTRO = ("An EXAMPLE about a made-up user — it shows the format only. Write your own name, "
+                 "description and text from what THIS user said; text copied from the example is refused:")
+
+#: The example description the tools' refusal message gives (itself refused when copied).
+DESCRIPTION_HINT = "Backend engineer at a bank; reviews Go code"
+
+#: Templates and examples of earlier versions (a model fine-tuned on, or caching, an old prompt).
+LEGACY_EXAMPLES = (
+    "one line saying what this memory holds",
+    "The memory itself, in markdown.",
+    "I am a frontend engineer",
+    "what the assistant did wrong",
+)
+#: Bare placeholders a template or a lazy model produces (compared normalised).
+GENERIC = frozenset({"", "string", "text", "content", "fact", "thefact", "example", "todo", "tbd", "na",
+                     "none", "null", "xxx", "placeholder", "yourfacthere", "factcontent", "summary",
+                     "sourceerror", "evidence", "reason", "description", "onelinedescription", "name",
+                     "memory", "thememory"})
+MIN_EXAMPLE_CHARS = 12  # normalised; a shorter example text is only refused as a whole
+_TEMPLATE = re.compile(r"^\s*(?:<[^<>]{1,80}>|\{[^{}]{1,80}\}|\[[^\[\]]{1,80}\])\s*$")
+_PUNCT_OR_SPACE = re.compile(r"[\s\W_]+", re.UNICODE)
+
+
+def normalize_text(text: str) -> str:
+    """Key for comparing texts: NFKC, case-folded, spaces and punctuation removed."""
+    return _PUNCT_OR_SPACE.sub("", unicodedata.normalize("NFKC", text).casefold())
+
+
+class ExampleTexts:
+    """A set of example texts, normalised once; ``match`` says which one a text copies."""
+
+    def __init__(self, texts: Iterable[str]) -> None:
+        self._norm = frozenset(n for n in (normalize_text(t) for t in texts) if n)
+
+    def match(self, text: str) -> str | None:
+        """The example ``text`` copies (normalised), or a bare placeholder it is, or None."""
+        if bare_placeholder(text):
+            return normalize_text(text) or "(empty)"
+        return self.example(text)
+
+    def example(self, text: str) -> str | None:
+        """The (normalised) example text ``text`` is, or contains when the example has at least
+        ``MIN_EXAMPLE_CHARS``; None when it copies none."""
+        norm = normalize_text(text)
+        return next((e for e in self._norm if norm == e or (len(e) >= MIN_EXAMPLE_CHARS and e in norm)), None)
+
+
+def bare_placeholder(text: str) -> bool:
+    """A bare template (``<fact>``, ``{description}``), a generic word ("placeholder", "TODO"), or
+    a number: never a memory, whoever said it."""
+    if _TEMPLATE.match(text):
+        return True
+    norm = normalize_text(text)
+    return norm in GENERIC or norm.isdigit()
+
+
+def _memory_file_texts() -> list[str]:
+    sentences = [s.strip() for s in EXAMPLE_BODY.split(".") if s.strip()]
+    return [EXAMPLE_DESCRIPTION, EXAMPLE_BODY, DESCRIPTION_HINT, *sentences]
+
+
+@functools.cache
+def registry() -> ExampleTexts:
+    """Every example text we show any model: the memory-file example, the extraction prompt's worked
+    example (imported lazily: ``auto`` imports this module) and the legacy templates."""
+    from .auto.prompt import example_texts
+
+    return ExampleTexts([*_memory_file_texts(), *example_texts(), *LEGACY_EXAMPLES])
+
+
+def copied_example(text: str) -> str | None:
+    """The example text ``text`` copies (normalised), or None — ``registry().match``."""
+    return registry().match(text)
+
+
+__all__ = ["DESCRIPTION_HINT", "EXAMPLE_BODY", "EXAMPLE_DESCRIPTION", "EXAMPLE_FILE_NAME", "EXAMPLE_INTRO",
+           "EXAMPLE_NAME", "FRONTMATTER_EXAMPLE", "GENERIC", "LEGACY_EXAMPLES", "ExampleTexts", "bare_placeholder",
+           "copied_example",
+           "normalize_text", "registry"]
