@@ -385,15 +385,17 @@ class Harness:
         place_user = f"recall-{s.key}"
         own = self.services.user_agent_dir(place_user)
         own.save_many([(m.file, m.render()) for m in (*DISTRACTORS, s.recall_file)])
-        old = self.services.config.recall.model_above
-        self.services.config.recall.model_above = 0  # force the model step: this checks the model's pick
+        cfg = self.services.config.recall
+        old = (cfg.model_above, cfg.confident_margin)
+        # force the model step (no "few candidates" or "confident ranking" skip): this checks the model's pick
+        cfg.model_above, cfg.confident_margin = 0, None
         try:
             result = recall(self.services, place_user, "default", s.question)
         except Exception as exc:
             res.errors.append(f"recall: {type(exc).__name__}: {exc}"[:300])
             return
         finally:
-            self.services.config.recall.model_above = old
+            cfg.model_above, cfg.confident_margin = old
         res.recall_hit = s.recall_file.file in result.chosen
 
 
