@@ -21,7 +21,9 @@ def test_storm_with_stopped_holders_and_a_paused_store(make_config: Callable[...
     cfg = make_config("cos", redis=True, limits=LIMITS, store=STORE)
     report = run(cfg, tmp_path, workers=8, seconds=7.0, store_pid=seaweedfs.pid)
     assert report.holder_stops >= 1 and report.store_pauses == 1  # the faults did happen
-    assert report.count("done") > 20
+    # enough reported-done operations for the two rules below to mean something (how many a machine
+    # manages is load-dependent: throughput is bench_trust's business, not this test's)
+    assert report.count("done") >= 5
     assert report.lost == [], f"reported done but lost: {report.lost[:5]}"
     assert report.leaked == [], f"reported failed but changed: {report.leaked[:5]}"
     assert report.index_mismatch == []

@@ -30,7 +30,7 @@ from ..observe import wrap_context
 from ..storage.base import ObjectStore, StoredObject
 from . import intent as intents
 from .index import CappedText, Manifest, ManifestEntry, cap_index, parse_index, render_index
-from .model import MemoryFile, parse_memory
+from .model import MemoryFile, parse_memory, utf8_size
 from .txn import ABSENT, PlaceTxn, SaveResult, TxnResult
 
 log = logging.getLogger(__name__)
@@ -143,13 +143,8 @@ class MemoryDir:
 
     @staticmethod
     def _utf8(content: str) -> int:
-        """Byte size of ``content``; a lone surrogate (half of an emoji pair) is refused clearly."""
-        try:
-            return len(content.encode("utf-8"))
-        except UnicodeEncodeError as exc:
-            raise MemoryFormatError(
-                f"content holds an unpaired surrogate ({content[exc.start]!r} at character {exc.start}): "
-                "half of a character; remove it or write the whole character") from None
+        """Byte size of ``content``; a lone surrogate is refused clearly (``utf8_size``)."""
+        return utf8_size(content)
 
     def transaction(self, prefetch: tuple[str, ...] = ()) -> contextlib.AbstractContextManager[PlaceTxn]:
         """Hold the place lock and yield a ``PlaceTxn`` started from the current manifest; what

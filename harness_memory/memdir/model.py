@@ -86,6 +86,7 @@ def split_frontmatter(text: str) -> tuple[str | None, str]:
 
 def parse_memory(text: str) -> MemoryFile:
     """Parse and validate a memory file; raise MemoryFormatError saying what to fix."""
+    utf8_size(text)  # first: every later step (YAML, example checks, the store) needs encodable text
     front_text, body = split_frontmatter(text)
     if front_text is None:
         raise MemoryFormatError(
@@ -118,6 +119,17 @@ def parse_memory(text: str) -> MemoryFile:
         allowed = ", ".join(t.value for t in MemoryType)
         raise MemoryFormatError(f"type {raw_type!r} is not one of: {allowed}") from None
     return MemoryFile(name=name, description=description, type=mem_type, body=body, extra=front)
+
+
+def utf8_size(text: str) -> int:
+    """Byte size of ``text``; a lone surrogate (half of an emoji pair) is refused clearly, not
+    left to fail as an unexpected error wherever the text is first encoded."""
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise MemoryFormatError(
+            f"content holds an unpaired surrogate ({text[exc.start]!r} at character {exc.start}): "
+            "half of a character; remove it or write the whole character") from None
 
 
 def load_frontmatter(text: str) -> Any:
