@@ -99,7 +99,7 @@ def test_local_lock_across_threads_and_timeout(tmp_path: Path) -> None:
     t.join()
 
 
-def run_storm(cfg: MemoryConfig, tmp_path: Path, processes: int = 8, per_process: int = 50) -> list[str]:
+def run_storm(cfg: MemoryConfig, tmp_path: Path, processes: int = 8, per_process: int = 25) -> list[str]:
     path = write_config(cfg, tmp_path / "storm.yaml")
     env = child_env(path)
     procs = [spawn("tests.storm_worker", "storm-user", str(w), str(per_process), env=env)
@@ -125,10 +125,10 @@ def test_write_storm_cos_with_redis_lock(make_config: Callable[..., MemoryConfig
     # Conditional PUT off, as on real COS: the Redis lock alone must keep the index whole.
     cfg = make_config(backend="cos", redis=True, store={"cos_conditional_put": "off"})
     files = run_storm(cfg, tmp_path)
-    assert len(files) == 400 and len(set(files)) == 400
+    assert len(files) == 200 and len(set(files)) == 200
 
 
 def test_write_storm_local_store(make_config: Callable[..., MemoryConfig], tmp_path: Path) -> None:
     cfg = make_config(backend="local")
     files = run_storm(cfg, tmp_path)
-    assert len(files) == 400 and len(set(files)) == 400
+    assert len(files) == 200 and len(set(files)) == 200
