@@ -1,15 +1,19 @@
-"""Small helpers shared by tests that spawn other OS processes."""
+"""Small helpers shared by tests: spawning other OS processes, auto-memory pods."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import yaml
 
+from harness_memory.auto import AutoMemory
 from harness_memory.config import MemoryConfig
+from harness_memory.services import MemoryServices
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,3 +33,27 @@ def child_env(config_path: Path, **extra: str) -> dict[str, str]:
 def spawn(module: str, *args: str, env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@contextlib.contextmanager
+def auto_pods(make_config: Callable[..., MemoryConfig], base_url: str,
+              light_timeout: float) -> Iterator[Callable[..., AutoMemory]]:
+    """A factory of auto-memory pods against the scripted model at ``base_url`` (no worker thread:
+    tests drive batches themselves); every pod and its services are closed at the end."""
+    made: list[tuple[AutoMemory, MemoryServices]] = []
+
+    def factory(**auto: object) -> AutoMemory:
+        cfg = make_config(model={"model": "fake-model", "base_url": base_url, "api_key": "k",
+                                 "light_timeout": light_timeout},
+                          auto={"debounce_seconds": 3600, "max_attempts": 1, **auto})
+        services = MemoryServices.from_config(cfg)
+        memory = AutoMemory(services, start_worker=False)
+        made.append((memory, services))
+        return memory
+
+    try:
+        yield factory
+    finally:
+        for memory, services in made:
+            memory.close(1)
+            services.close()

@@ -25,8 +25,8 @@ from harness_memory.auto.store import fact_from_entry
 from harness_memory.auto.updater import UpdateStatus
 from harness_memory.config import MemoryConfig
 from harness_memory.memdir import ManifestEntry
-from harness_memory.services import MemoryServices
 from tests.fakellm import ScriptedLLM, error, raw, raw_body, text
+from tests.helpers import auto_pods
 
 UPDATE = {
     "user": {"workContext": {"summary": "Backend engineer who writes Go.", "shouldUpdate": True}},
@@ -40,21 +40,8 @@ USER_SAID = "I write backend services in Go, mostly gRPC."
 
 @pytest.fixture
 def pod(make_config: Callable[..., MemoryConfig], llm_server: ScriptedLLM) -> Iterator[Callable[..., AutoMemory]]:
-    made: list[tuple[AutoMemory, MemoryServices]] = []
-
-    def factory(**auto: object) -> AutoMemory:
-        cfg = make_config(model={"model": "fake-model", "base_url": llm_server.base_url, "api_key": "k",
-                                 "light_timeout": 5},
-                          auto={"debounce_seconds": 3600, "max_attempts": 1, **auto})
-        services = MemoryServices.from_config(cfg)
-        memory = AutoMemory(services, start_worker=False)
-        made.append((memory, services))
-        return memory
-
-    yield factory
-    for memory, services in made:
-        memory.close(1)
-        services.close()
+    with auto_pods(make_config, llm_server.base_url, light_timeout=5) as factory:
+        yield factory
 
 
 def say(auto: AutoMemory, user: str, reply: str = "Noted.", session: str = "s1") -> None:

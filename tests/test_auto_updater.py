@@ -15,6 +15,7 @@ from harness_memory.config import MemoryConfig
 from harness_memory.services import MemoryServices
 from harness_memory.tokens import count_tokens
 from tests.fakellm import ScriptedLLM, delay, error, raw, text
+from tests.helpers import auto_pods
 
 GOOD = {
     "user": {"workContext": {"summary": "Frontend engineer (TypeScript, Vue).", "shouldUpdate": True},
@@ -88,21 +89,8 @@ def test_bad_items_are_dropped_one_by_one() -> None:
 # -- the updater against the scripted server ------------------------------------------------------------
 @pytest.fixture
 def pod(make_config: Callable[..., MemoryConfig], llm_server: ScriptedLLM) -> Iterator[Callable[..., AutoMemory]]:
-    made: list[tuple[AutoMemory, MemoryServices]] = []
-
-    def factory(**auto: object) -> AutoMemory:
-        cfg = make_config(model={"model": "fake-model", "base_url": llm_server.base_url, "api_key": "k",
-                                 "light_timeout": 2},
-                          auto={"debounce_seconds": 3600, "max_attempts": 1, **auto})
-        services = MemoryServices.from_config(cfg)
-        memory = AutoMemory(services, start_worker=False)
-        made.append((memory, services))
-        return memory
-
-    yield factory
-    for memory, services in made:
-        memory.close(1)
-        services.close()
+    with auto_pods(make_config, llm_server.base_url, light_timeout=2) as factory:
+        yield factory
 
 
 def turn(user: str, reply: str, run: str) -> list[dict[str, str]]:
