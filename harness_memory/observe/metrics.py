@@ -11,10 +11,21 @@ Why a private ``CollectorRegistry`` per ``Telemetry`` (not prometheus_client's g
 ``/metrics`` serves it; a library user exposes it with ``observe.metrics_asgi_app(services)`` or
 ``observe.register_into(prometheus_client.REGISTRY, services)``.
 
+Why values in plain dicts (not prometheus_client's ``Counter`` / ``Histogram`` objects): every
+store request and tool call records a counter and a histogram on the caller's thread. Through
+prometheus_client that is ~4–5 µs (a ``labels()`` lookup, a lock per value, a bucket loop, the
+exemplar checks) — over 5 % of a local ``read_file``, which records two of them. Here one lock
+guards a dict per family: a record is a dict lookup, a ``bisect`` for the bucket and a few
+additions, under 1 µs. A custom collector (``_Collector``) turns the dicts into the same families
+and samples prometheus_client would expose (``_total`` / ``_created``, cumulative ``_bucket``,
+``_count``, ``_sum``) when the registry is scraped.
+
 Multi-process servers (gunicorn / uvicorn workers): set ``PROMETHEUS_MULTIPROC_DIR`` before the
 processes start (prometheus_client's own rule); every process then writes its values to files
 there and ``exposition()`` answers with the sum over all processes (the queue-depth gauge uses
-``livesum``: processes that exited drop out).
+``livesum``: processes that exited drop out). In that mode the values must be in
+prometheus_client's memory-mapped files, so ``MultiProcessMetrics`` records through its objects
+(the slower path; a scrape in another process cannot read our dicts).
 
 ``prometheus_client`` is an extra (``pip install 'harness-memory[metrics]'``); without it
 ``make_metrics`` returns None and every recording call is skipped.
@@ -24,6 +35,9 @@ from __future__ import annotations
 
 import os
 import threading
+import time
+from bisect import bisect_left
+from collections.abc import Iterator
 from typing import Any
 
 #: Latency buckets (seconds) for store, lock and tool work: sub-millisecond local reads up to
@@ -34,21 +48,52 @@ SLOW_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120
 PREFIX = "harness_memory_"
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
+Labels = tuple[str, ...]
+
+
+class Family:
+    """One metric family: its declaration and (single-process mode) its values.
+
+    ``values`` maps a label-value tuple to a float (counter, gauge) or, for a histogram, to a row
+    ``[count in bucket 0, …, count in +Inf, sum]`` (counts per bucket, not cumulative: a record
+    adds to one cell). ``created`` is when each label set was first seen (the ``_created`` sample).
+    Both are only touched under the owning ``Metrics``' lock."""
+
+    __slots__ = ("buckets", "created", "doc", "labelnames", "mode", "name", "typ", "values")
+
+    def __init__(self, typ: str, name: str, doc: str, labelnames: Labels, buckets: tuple[float, ...] = (),
+                 mode: str = "") -> None:
+        self.typ = typ
+        self.name = PREFIX + name
+        self.doc = doc
+        self.labelnames = labelnames
+        self.buckets = buckets
+        self.mode = mode  # a gauge's multiprocess_mode
+        self.values: dict[Labels, Any] = {}
+        self.created: dict[Labels, float] = {}
+
+    def new(self, labels: Labels) -> Any:
+        """A fresh value for ``labels`` (caller holds the lock)."""
+        value: Any = [0.0] * (len(self.buckets) + 2) if self.typ == "histogram" else 0.0
+        self.values[labels] = value
+        self.created[labels] = time.time()
+        return value
+
 
 class Metrics:
-    """The metric families (prometheus_client objects) on one registry."""
+    """The metric families on one registry, recorded into plain dicts (see the module docstring)."""
 
     def __init__(self, registry: Any | None = None) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+        from prometheus_client import CollectorRegistry
 
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
-        r = self.registry
+        self.families: list[Family] = []
 
-        def counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> Any:
-            return Counter(PREFIX + name, doc, labels, registry=r)
+        def counter(name: str, doc: str, labels: Labels = ()) -> Family:
+            return self._declare(Family("counter", name, doc, labels))
 
-        def histogram(name: str, doc: str, labels: tuple[str, ...], buckets: tuple[float, ...]) -> Any:
-            return Histogram(PREFIX + name, doc, labels, registry=r, buckets=buckets)
+        def histogram(name: str, doc: str, labels: Labels, buckets: tuple[float, ...]) -> Family:
+            return self._declare(Family("histogram", name, doc, labels, buckets))
 
         self.store_requests = counter("store_requests", "Object-store requests by operation and outcome.",
                                       ("op", "outcome"))
@@ -72,8 +117,8 @@ class Metrics:
                                          "failed).", ("outcome",))
         self.session_summary_seconds = histogram("session_summary_seconds", "Session summary attempt latency.",
                                                  ("outcome",), SLOW_BUCKETS)
-        self.auto_queue_depth = Gauge(PREFIX + "auto_queue_depth", "Auto-memory batches waiting or running.",
-                                      registry=r, multiprocess_mode="livesum")
+        self.auto_queue_depth = self._declare(Family("gauge", "auto_queue_depth",
+                                                     "Auto-memory batches waiting or running.", (), mode="livesum"))
         self.auto_batches = counter("auto_batches", "Auto-memory queue events by outcome (submitted, merged, "
                                     "expedited, dropped, processed, failed, retried, abandoned).", ("outcome",))
         self.auto_extractions = counter("auto_extractions", "Auto-memory extractions by outcome (applied, "
@@ -95,34 +140,72 @@ class Metrics:
                               ("outcome",))
         self.build_seconds = histogram("agent_build_seconds", "Time to wire memory into an agent.", (),
                                        FAST_BUCKETS)
-        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
-        self._guard = threading.Lock()
+        self._lock = threading.Lock()
         self._exposition: Any | None = None
+        self._start()
 
-    def child(self, family: Any, *labels: str) -> Any:
-        """``family.labels(*labels)``, cached: label lookup takes a lock and a dict in
-        prometheus_client; a hot path (every store request) pays it once per label set."""
-        key = (id(family), labels)
-        found = self._children.get(key)
-        if found is None:
-            found = family.labels(*labels) if labels else family
-            with self._guard:
-                self._children[key] = found
-        return found
+    def _declare(self, family: Family) -> Family:
+        self.families.append(family)
+        return family
+
+    def _start(self) -> None:
+        """Make the families visible on the registry."""
+        for family in self.families:
+            if not family.labelnames:  # like prometheus_client: an unlabelled family is 0 from the start
+                family.new(())
+        self.registry.register(_Collector(self))
+
+    # -- recording (the hot path: called on the caller's thread for every observed piece of work) ----
+    def inc(self, family: Family, labels: Labels = (), amount: float = 1.0) -> None:
+        """Add ``amount`` to a counter."""
+        values = family.values
+        with self._lock:
+            if labels in values:
+                values[labels] += amount
+            else:
+                family.new(labels)
+                values[labels] = amount
+
+    def observe(self, family: Family, labels: Labels, value: float) -> None:
+        """One observation into a histogram."""
+        with self._lock:
+            row = family.values.get(labels)
+            if row is None:
+                row = family.new(labels)
+            row[bisect_left(family.buckets, value)] += 1.0
+            row[-1] += value
+
+    def count_and_time(self, counter: Family, counter_labels: Labels, histogram: Family, histogram_labels: Labels,
+                       seconds: float) -> None:
+        """One finished piece of work: ``counter`` + 1 and ``seconds`` into ``histogram``, one lock."""
+        values = counter.values
+        with self._lock:
+            if counter_labels in values:
+                values[counter_labels] += 1.0
+            else:
+                counter.new(counter_labels)
+                values[counter_labels] = 1.0
+            row = histogram.values.get(histogram_labels)
+            if row is None:
+                row = histogram.new(histogram_labels)
+            row[bisect_left(histogram.buckets, seconds)] += 1.0
+            row[-1] += seconds
+
+    def set(self, family: Family, labels: Labels, value: float) -> None:
+        """Set a gauge."""
+        with self._lock:
+            family.values[labels] = float(value)
+
+    def snapshot(self) -> list[tuple[Family, dict[Labels, Any], dict[Labels, float]]]:
+        """A consistent copy of every family's values (for a scrape)."""
+        with self._lock:
+            return [(f, {k: (list(v) if isinstance(v, list) else v) for k, v in f.values.items()}, dict(f.created))
+                    for f in self.families]
 
     # -- exposition ----------------------------------------------------------------------------
     def exposition_registry(self) -> Any:
         """The registry to serve: ours, or in multi-process mode one reading every process's files."""
-        if not os.environ.get(MULTIPROC_ENV):
-            return self.registry
-        with self._guard:
-            if self._exposition is None:
-                from prometheus_client import CollectorRegistry, multiprocess
-
-                merged = CollectorRegistry()
-                multiprocess.MultiProcessCollector(merged)
-                self._exposition = merged
-            return self._exposition
+        return self.registry
 
     def render(self, accept: str | None = None) -> tuple[bytes, str]:
         """(body, content type) of the text exposition (OpenMetrics when the scraper asks for it)."""
@@ -132,13 +215,110 @@ class Metrics:
         return encoder(self.exposition_registry()), content_type
 
 
+class _Collector:
+    """Exposes a ``Metrics``' dicts as prometheus_client metric families (what ``Counter`` and
+    ``Histogram`` would have exposed: same names, samples, label order and ``_created`` rule)."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def describe(self) -> list[Any]:
+        from prometheus_client.metrics_core import Metric
+
+        return [Metric(f.name, f.doc, f.typ) for f in self.metrics.families]
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client import metrics as prometheus_metrics
+        from prometheus_client.metrics_core import Metric
+        from prometheus_client.utils import floatToGoString
+
+        created_samples = getattr(prometheus_metrics, "_use_created", True)
+        for family, values, created in self.metrics.snapshot():
+            metric = Metric(family.name, family.doc, family.typ)
+            name, names = family.name, family.labelnames
+            for labels, value in values.items():
+                base = dict(zip(names, labels, strict=True))
+                if family.typ == "counter":
+                    metric.add_sample(name + "_total", base, value)
+                elif family.typ == "gauge":
+                    metric.add_sample(name, base, value)
+                    continue
+                else:
+                    acc = 0.0
+                    for bound, count in zip((*family.buckets, float("inf")), value, strict=False):
+                        acc += count
+                        metric.add_sample(name + "_bucket", {**base, "le": floatToGoString(bound)}, acc)
+                    metric.add_sample(name + "_count", base, acc)
+                    metric.add_sample(name + "_sum", base, value[-1])
+                if created_samples:
+                    metric.add_sample(name + "_created", base, created[labels])
+            yield metric
+
+
+class MultiProcessMetrics(Metrics):
+    """``PROMETHEUS_MULTIPROC_DIR`` is set: the same families and calls, recorded through
+    prometheus_client's objects (their values live in files every process's scrape reads)."""
+
+    def _start(self) -> None:
+        from prometheus_client import Counter, Gauge, Histogram
+
+        self._objects: dict[int, Any] = {}
+        self._children: dict[tuple[int, Labels], Any] = {}
+        for f in self.families:
+            name = f.name
+            if f.typ == "counter":
+                obj = Counter(name, f.doc, f.labelnames, registry=self.registry)
+            elif f.typ == "histogram":
+                obj = Histogram(name, f.doc, f.labelnames, registry=self.registry, buckets=f.buckets)
+            else:
+                obj = Gauge(name, f.doc, f.labelnames, registry=self.registry, multiprocess_mode=f.mode)
+            self._objects[id(f)] = obj
+
+    def child(self, family: Family, labels: Labels) -> Any:
+        """``family.labels(*labels)``, cached (label lookup takes a lock and a dict in prometheus_client)."""
+        key = (id(family), labels)
+        found = self._children.get(key)
+        if found is None:
+            obj = self._objects[id(family)]
+            found = obj.labels(*labels) if labels else obj
+            with self._lock:
+                self._children[key] = found
+        return found
+
+    def inc(self, family: Family, labels: Labels = (), amount: float = 1.0) -> None:
+        self.child(family, labels).inc(amount)
+
+    def observe(self, family: Family, labels: Labels, value: float) -> None:
+        self.child(family, labels).observe(value)
+
+    def count_and_time(self, counter: Family, counter_labels: Labels, histogram: Family, histogram_labels: Labels,
+                       seconds: float) -> None:
+        self.child(counter, counter_labels).inc()
+        self.child(histogram, histogram_labels).observe(seconds)
+
+    def set(self, family: Family, labels: Labels, value: float) -> None:
+        self.child(family, labels).set(value)
+
+    def exposition_registry(self) -> Any:
+        with self._lock:
+            if self._exposition is None:
+                from prometheus_client import CollectorRegistry, multiprocess
+
+                merged = CollectorRegistry()
+                multiprocess.MultiProcessCollector(merged)
+                self._exposition = merged
+            return self._exposition
+
+
 def make_metrics(registry: Any | None = None) -> Metrics | None:
-    """The metric families, or None when prometheus_client is not installed."""
+    """The metric families (multi-process ones when ``PROMETHEUS_MULTIPROC_DIR`` is set), or None
+    when prometheus_client is not installed."""
     try:
         import prometheus_client  # noqa: F401
     except ImportError:
         return None
-    return Metrics(registry)
+    return MultiProcessMetrics(registry) if os.environ.get(MULTIPROC_ENV) else Metrics(registry)
 
 
-__all__ = ["FAST_BUCKETS", "MULTIPROC_ENV", "SLOW_BUCKETS", "Metrics", "make_metrics"]
+__all__ = ["FAST_BUCKETS", "MULTIPROC_ENV", "SLOW_BUCKETS", "Family", "Metrics", "MultiProcessMetrics",
+           "make_metrics"]

@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from .logs import EventLog, hash_user, install_json_logging, redact
-from .metrics import Metrics, make_metrics
+from .metrics import Family, Metrics, make_metrics
 from .tracing import Tracer, make_tracer
 
 if TYPE_CHECKING:
@@ -83,21 +83,18 @@ class Op:
             except Exception as exc:  # a broken tracer must not break memory work
                 log.debug("span not started: %s", exc)
                 self._cm = None
-        self._start = time.perf_counter()
+        self._start = perf_counter()
         return self
 
     def tokens(self, prompt: int, completion: int) -> None:
         """Tokens a model call spent (light-model calls)."""
-        metrics = self._t.metrics
-        if metrics is not None:
-            metrics.child(metrics.llm_tokens, self.label, "prompt").inc(prompt)
-            metrics.child(metrics.llm_tokens, self.label, "completion").inc(completion)
+        self._t.record_tokens(self.label, prompt, completion)
         if self._span is not None:
             self._span.set_attribute("gen_ai.usage.input_tokens", prompt)
             self._span.set_attribute("gen_ai.usage.output_tokens", completion)
 
     def __exit__(self, et: Any, ev: BaseException | None, tb: Any) -> None:
-        seconds = time.perf_counter() - self._start
+        seconds = perf_counter() - self._start
         outcome = self.outcome or (classify(ev) if ev is not None else "ok")
         try:
             self._t.record(self, outcome, seconds)
@@ -109,6 +106,70 @@ class Op:
                                       outcome not in QUIET_OUTCOMES)
             except Exception as exc:
                 log.debug("span not finished: %s", exc)
+
+
+class _MetricsOp:
+    """The ``Op`` of telemetry with metrics only (no spans, no events): the default with the
+    ``metrics`` extra. Why a second class: it is made for every store request and tool call, so it
+    holds only what a metric needs (no fields dict, no span state) and records through the
+    kind's recorder without dispatching on the kind."""
+
+    __slots__ = ("_record", "_start", "_t", "label", "outcome", "path")
+
+    def __init__(self, telemetry: Telemetry, record: Recorder, label: str) -> None:
+        self._t = telemetry
+        self._record = record
+        self.label = label
+        self.outcome: str | None = None
+        self.path: str | None = None
+
+    def __enter__(self) -> _MetricsOp:
+        self._start = perf_counter()
+        return self
+
+    def tokens(self, prompt: int, completion: int) -> None:
+        """Tokens a model call spent (light-model calls)."""
+        self._t.record_tokens(self.label, prompt, completion)
+
+    def __exit__(self, et: Any, ev: BaseException | None, tb: Any) -> None:
+        seconds = perf_counter() - self._start
+        outcome = self.outcome or (classify(ev) if ev is not None else "ok")
+        try:
+            self._record(self.label, self.path, outcome, seconds)
+        except Exception as exc:
+            log.debug("telemetry not recorded: %s", exc)
+
+
+#: Records one finished op into the metrics: (label, path, outcome, seconds).
+Recorder = Callable[[str, "str | None", str, float], None]
+
+
+def _recorders(m: Metrics) -> dict[str, Recorder]:
+    """One recorder per kind of work, with its families bound (no lookup per op)."""
+    timed = m.count_and_time
+
+    def by_label(counter: Family, histogram: Family) -> Recorder:
+        def record(label: str, path: str | None, outcome: str, seconds: float) -> None:
+            timed(counter, (label, outcome), histogram, (label,), seconds)
+        return record
+
+    def by_outcome(counter: Family, histogram: Family) -> Recorder:
+        def record(label: str, path: str | None, outcome: str, seconds: float) -> None:
+            timed(counter, (outcome,), histogram, (outcome,), seconds)
+        return record
+
+    def recall(label: str, path: str | None, outcome: str, seconds: float) -> None:
+        path = path or "none"
+        timed(m.recalls, (path, outcome), m.recall_seconds, (path,), seconds)
+
+    def build(label: str, path: str | None, outcome: str, seconds: float) -> None:
+        timed(m.builds, (outcome,), m.build_seconds, (), seconds)
+
+    return {"store": by_label(m.store_requests, m.store_seconds), "tool": by_label(m.tool_calls, m.tool_seconds),
+            "llm": by_label(m.llm_calls, m.llm_seconds),
+            "summary": by_outcome(m.session_summaries, m.session_summary_seconds),
+            "extraction": by_outcome(m.auto_extractions, m.auto_extraction_seconds),
+            "recall": recall, "build": build}
 
 
 class _NullOp:
@@ -152,6 +213,11 @@ class Telemetry:
         self.tracer: Tracer | None = make_tracer(tracer_provider) if tracing else None
         self.events: EventLog | None = EventLog() if events else None
         self.active = self.metrics is not None or self.tracer is not None or self.events is not None
+        self._recorders = _recorders(self.metrics) if self.metrics is not None else {}
+        #: Metrics only: ops are ``_MetricsOp`` (the cheap path) — always, or while no tracer provider
+        #: is configured (spans would record nothing).
+        self._lean = self.metrics is not None and self.tracer is None and self.events is None
+        self._lean_untraced = self.metrics is not None and self.tracer is not None and self.events is None
         self._refreshers: list[Callable[[], None]] = []
         self._lock = threading.Lock()
 
@@ -170,70 +236,81 @@ class Telemetry:
         return self  # shared by every agent of the services
 
     # -- observed work (context managers) ---------------------------------------------------------
-    def _op(self, kind: str, label: str, fields: dict[str, Any] | None) -> Op | _NullOp:
+    def _untraced(self) -> bool:
+        """No tracer provider configured (a span would record nothing): with metrics on and no events,
+        the op then records metrics only (a ``_MetricsOp``), as with tracing off."""
+        return not self.tracer.enabled()  # type: ignore[union-attr]
+
+    def _op(self, kind: str, label: str, fields: dict[str, Any] | None) -> Op | _MetricsOp | _NullOp:
+        if self._lean or (self._lean_untraced and self._untraced()):
+            return _MetricsOp(self, self._recorders[kind], label)
         return Op(self, kind, label, fields) if self.active else NULL_OP
 
-    def store_request(self, op: str) -> Op | _NullOp:
+    def store_request(self, op: str) -> Op | _MetricsOp | _NullOp:
         """One object-store request (``get``, ``head``, ``put``, ``put_if_absent``, ``put_if_match``,
         ``delete``, ``delete_many``, ``list``)."""
-        return self._op("store", op, None)
+        if self._lean or (self._lean_untraced and self._untraced()):
+            return _MetricsOp(self, self._recorders["store"], op)
+        return Op(self, "store", op, None) if self.active else NULL_OP
 
-    def tool_call(self, tool: str, place: Any = None) -> Op | _NullOp:
+    def tool_call(self, tool: str, place: Any = None) -> Op | _MetricsOp | _NullOp:
         """One memory tool call; ``place`` (a ``Place``) goes to events and spans, user hashed."""
+        if self._lean or (self._lean_untraced and self._untraced()):
+            return _MetricsOp(self, self._recorders["tool"], tool)
         return self._op("tool", tool, {"place": place} if place is not None else None)
 
-    def llm_call(self, purpose: str) -> Op | _NullOp:
+    def llm_call(self, purpose: str) -> Op | _MetricsOp | _NullOp:
         """One light-model call (``summary``, ``extraction``, ``recall``, ``doctor``, ``other``)."""
         return self._op("llm", purpose, None)
 
-    def summary(self, session_id: str) -> Op | _NullOp:
+    def summary(self, session_id: str) -> Op | _MetricsOp | _NullOp:
         """One session-summary attempt; set ``outcome`` to the result's status."""
         return self._op("summary", "", {"session": session_id})
 
-    def extraction(self, user_id: str, session_id: str) -> Op | _NullOp:
+    def extraction(self, user_id: str, session_id: str) -> Op | _MetricsOp | _NullOp:
         """One auto-memory batch; set ``outcome`` (applied, skipped, model_failed, unusable)."""
         return self._op("extraction", "", {"user": user_id, "session": session_id})
 
-    def recall(self, user_id: str, session_id: str | None) -> Op | _NullOp:
+    def recall(self, user_id: str, session_id: str | None) -> Op | _MetricsOp | _NullOp:
         """One recall; set ``path`` and ``outcome`` (hit, empty; error from an exception)."""
         return self._op("recall", "", {"user": user_id, "session": session_id})
 
-    def build(self, user_id: str, agent_type: str, session_id: str | None) -> Op | _NullOp:
+    def build(self, user_id: str, agent_type: str, session_id: str | None) -> Op | _MetricsOp | _NullOp:
         """Wiring memory into one agent (prompt, tools, hooks)."""
         return self._op("build", "", {"user": user_id, "agent_type": agent_type, "session": session_id})
 
     # -- plain events -----------------------------------------------------------------------------
     def lock_acquired(self, backend: str, outcome: str, waited: float) -> None:
         """A place-lock attempt: ``backend`` redis / local, ``outcome`` acquired / timeout / fallback."""
-        if self.metrics is not None:
-            self.metrics.child(self.metrics.lock_acquisitions, backend, outcome).inc()
-            self.metrics.child(self.metrics.lock_wait, backend).observe(waited)
+        m = self.metrics
+        if m is not None:
+            m.count_and_time(m.lock_acquisitions, (backend, outcome), m.lock_wait, (backend,), waited)
         if self.events is not None and (outcome != "acquired" or waited > 0.1):
             self.events.emit("lock.wait", backend=backend, outcome=outcome, duration_ms=round(waited * 1000, 2))
 
     def lease_lost(self, lock: str) -> None:
         """A lock (``place`` or ``session``) had expired when its holder finished."""
         if self.metrics is not None:
-            self.metrics.child(self.metrics.lock_leases_lost, lock).inc()
+            self.metrics.inc(self.metrics.lock_leases_lost, (lock,))
         if self.events is not None:
             self.events.emit("lock.lease_lost", logging.WARNING, lock=lock, outcome="lost")
 
     def session_collected(self, outcome: str, messages: int) -> None:
         """One run's messages appended to the session buffer (or failed to)."""
         if self.metrics is not None:
-            self.metrics.child(self.metrics.session_collects, outcome).inc()
+            self.metrics.inc(self.metrics.session_collects, (outcome,))
             if outcome == "ok":
-                self.metrics.session_messages.inc(messages)
+                self.metrics.inc(self.metrics.session_messages, (), messages)
 
     def auto_queue(self, depth: int | None = None, events: dict[str, int] | None = None) -> None:
         """The auto-memory queue's depth and new queue events (``{"merged": 2, …}``)."""
         if self.metrics is None:
             return
         if depth is not None:
-            self.metrics.auto_queue_depth.set(depth)
+            self.metrics.set(self.metrics.auto_queue_depth, (), depth)
         for name, count in (events or {}).items():
             if count > 0:
-                self.metrics.child(self.metrics.auto_batches, name).inc(count)
+                self.metrics.inc(self.metrics.auto_batches, (name,), count)
 
     def auto_facts(self, changes: dict[str, int]) -> None:
         """Fact changes of one applied extraction (``{"added": 2, "merged": 1, …}``)."""
@@ -241,7 +318,7 @@ class Telemetry:
             return
         for change, count in changes.items():
             if count > 0:
-                self.metrics.child(self.metrics.auto_facts, change).inc(count)
+                self.metrics.inc(self.metrics.auto_facts, (change,), count)
 
     # -- exposition -------------------------------------------------------------------------------
     def add_refresher(self, fn: Callable[[], None]) -> None:
@@ -281,32 +358,16 @@ class Telemetry:
             attrs[f"harness_memory.{key}"] = value
         return attrs
 
-    def record(self, op: Op, outcome: str, seconds: float) -> None:
+    def record_tokens(self, purpose: str, prompt: int, completion: int) -> None:
         m = self.metrics
-        kind, label = op.kind, op.label
         if m is not None:
-            if kind == "store":
-                m.child(m.store_requests, label, outcome).inc()
-                m.child(m.store_seconds, label).observe(seconds)
-            elif kind == "tool":
-                m.child(m.tool_calls, label, outcome).inc()
-                m.child(m.tool_seconds, label).observe(seconds)
-            elif kind == "llm":
-                m.child(m.llm_calls, label, outcome).inc()
-                m.child(m.llm_seconds, label).observe(seconds)
-            elif kind == "summary":
-                m.child(m.session_summaries, outcome).inc()
-                m.child(m.session_summary_seconds, outcome).observe(seconds)
-            elif kind == "extraction":
-                m.child(m.auto_extractions, outcome).inc()
-                m.child(m.auto_extraction_seconds, outcome).observe(seconds)
-            elif kind == "recall":
-                path = op.path or "none"
-                m.child(m.recalls, path, outcome).inc()
-                m.child(m.recall_seconds, path).observe(seconds)
-            elif kind == "build":
-                m.child(m.builds, outcome).inc()
-                m.build_seconds.observe(seconds)
+            m.inc(m.llm_tokens, (purpose, "prompt"), prompt)
+            m.inc(m.llm_tokens, (purpose, "completion"), completion)
+
+    def record(self, op: Op, outcome: str, seconds: float) -> None:
+        kind, label = op.kind, op.label
+        if self.metrics is not None:
+            self._recorders[kind](label, op.path, outcome, seconds)
         if op._span is not None and op.path:
             op._span.set_attribute("harness_memory.path", op.path)
         if self.events is not None:
