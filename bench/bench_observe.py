@@ -7,7 +7,7 @@ Telemetry settings side by side, each with its own ``MemoryServices``:
 
 * **off** — ``Telemetry.disabled()`` (what a process without the extras gets);
 * **off (control)** — the same again: its difference to *off* is the noise floor of the run;
-* **metrics** — prometheus_client counters and histograms (the default with the ``metrics`` extra);
+* **metrics** — Prometheus counters and histograms (the default with the ``metrics`` extra);
 * **metrics + spans (no SDK)** — plus OpenTelemetry API spans on the global provider with no SDK
   configured: non-recording spans (an app with ``opentelemetry-api`` but no tracing set up);
 * **metrics + spans (SDK)** — plus a real SDK ``TracerProvider`` with a ``BatchSpanProcessor``

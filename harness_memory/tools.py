@@ -50,11 +50,13 @@ def _friendly(action: str) -> Callable[[Callable[..., str]], Callable[..., str]]
     """Turn any failure of a tool into a message for the model, and log the unexpected ones."""
 
     def wrap(fn: Callable[..., str]) -> Callable[..., str]:
+        tool = fn.__name__
+
         @functools.wraps(fn)
         def inner(*args: Any, **kwargs: Any) -> str:
             try:
-                with args[0].telemetry.tool_call(fn.__name__, args[0].own.place):  # outcome from the exception
-                    return fn(*args, **kwargs)
+                tools = args[0]  # outcome from the exception
+                return tools.telemetry.call("tool", tool, fn, args, kwargs, tools.own.place)
             except InvalidName as exc:
                 return f"Error: {exc}."
             except MemoryFormatError as exc:
@@ -74,7 +76,7 @@ def _friendly(action: str) -> Callable[[Callable[..., str]], Callable[..., str]]
             except StorageError as exc:
                 return f"Error: the memory store failed ({exc}). Nothing was {action}."
             except Exception:
-                log.exception("memory tool %s failed", fn.__name__)
+                log.exception("memory tool %s failed", tool)
                 return f"Error: an unexpected failure in the memory tool; nothing was {action}."
 
         return inner

@@ -20,11 +20,17 @@ from tests.helpers import ROOT
 
 
 def record_the_same(m: Metrics) -> None:
-    """One of every kind of recording, with values on bucket bounds, between them and past the last."""
+    """One of every kind of recording, with values on bucket bounds, between them and past the last;
+    store requests and tool calls through their ``Series`` (as ``Telemetry`` does) and directly."""
+    get, read = m.series(m.store_requests, m.store_seconds, "get"), m.series(m.tool_calls, m.tool_seconds, "read_file")
     for seconds in (0.0001, 0.0005, 0.003, 0.7, 45.0):
-        m.count_and_time(m.store_requests, ("get", "ok"), m.store_seconds, ("get",), seconds)
-    m.count_and_time(m.store_requests, ("get", "not_found"), m.store_seconds, ("get",), 0.002)
-    m.count_and_time(m.tool_calls, ("read_file", "ok"), m.tool_seconds, ("read_file",), 0.00017)
+        get.record("ok", seconds)
+    get.record("not_found", 0.002)
+    m.count_and_time(m.store_requests, ("get", "ok"), m.store_seconds, ("get",), 0.004)  # summed with the series
+    m.count_and_time(m.store_requests, ("put", "conflict"), m.store_seconds, ("put",), 0.02)
+    read.record("ok", 0.00017)
+    read.record("not_found", 0.0009)
+    m.series(m.tool_calls, m.tool_seconds, "list_files")  # made, never recorded: exposes nothing of its own
     m.count_and_time(m.builds, ("ok",), m.build_seconds, (), 0.004)
     m.count_and_time(m.session_summaries, ("extracted",), m.session_summary_seconds, ("extracted",), 1.5)
     m.observe(m.lock_wait, ("redis",), 0.01)
@@ -36,8 +42,16 @@ def record_the_same(m: Metrics) -> None:
     m.set(m.auto_queue_depth, (), 2)
 
 
-def without_created_values(body: bytes) -> str:
-    return re.sub(r"(_created(\{[^}]*\})?) \S+", r"\1 T", body.decode())
+def exposed(body: bytes) -> list[tuple[str, list[str]]]:
+    """Each family's header lines and its sample lines (sorted: a scrape's order carries no meaning),
+    ``_created`` values masked (they are times)."""
+    families: list[tuple[str, list[str]]] = []
+    for line in re.sub(r"(_created(\{[^}]*\})?) \S+", r"\1 T", body.decode()).splitlines():
+        if line.startswith("# HELP") or not families:
+            families.append((line, []))
+        else:
+            families[-1][1].append(line)
+    return [(head, sorted(lines)) for head, lines in families]
 
 
 def test_exposition_is_what_prometheus_client_objects_expose() -> None:
@@ -47,18 +61,19 @@ def test_exposition_is_what_prometheus_client_objects_expose() -> None:
     record_the_same(ours)
     record_the_same(theirs)
     for encode in (generate_latest, generate_openmetrics):
-        expected = without_created_values(encode(theirs.registry))
-        assert without_created_values(encode(ours.registry)) == expected
+        assert exposed(encode(ours.registry)) == exposed(encode(theirs.registry))
     assert ours.registry.get_sample_value("harness_memory_store_request_seconds_bucket",
                                           {"op": "get", "le": str(FAST_BUCKETS[0])}) == 2  # 0.0001 and 0.0005 (≤)
-    assert ours.registry.get_sample_value("harness_memory_store_request_seconds_count", {"op": "get"}) == 6
+    assert ours.registry.get_sample_value("harness_memory_store_request_seconds_count", {"op": "get"}) == 7
+    assert ours.registry.get_sample_value("harness_memory_store_requests_total", {"op": "get", "outcome": "ok"}) == 6
     assert ours.registry.get_sample_value("harness_memory_llm_tokens_total",
                                           {"purpose": "summary", "kind": "prompt"}) == 108
 
 
 def test_no_count_is_lost_under_concurrent_threads() -> None:
-    """Threads in step on the same label sets: each set is created by one of them and counted by all
-    (an unguarded check-then-create or ``+=`` would lose counts)."""
+    """Threads in step on the same label sets: each set's series is made by one of them and counted
+    by all, none lost and none counted twice when the scrape adds the series up (the lock guards the
+    increments where ``+=`` is not atomic: free-threaded builds, or a call inside the update)."""
     t = Telemetry(tracing=False)
     assert t.metrics is not None
     threads, per_thread = 8, 2000

@@ -142,6 +142,7 @@ class Metrics:
                                        FAST_BUCKETS)
         self._lock = threading.Lock()
         self._exposition: Any | None = None
+        self._series: list[Series] = []
         self._start()
 
     def _declare(self, family: Family) -> Family:
@@ -196,11 +197,23 @@ class Metrics:
         with self._lock:
             family.values[labels] = float(value)
 
-    def snapshot(self) -> list[tuple[Family, dict[Labels, Any], dict[Labels, float]]]:
-        """A consistent copy of every family's values (for a scrape)."""
+    def series(self, counter: Family, histogram: Family, label: str) -> Series:
+        """The recorder of one label's work (e.g. store requests ``get``): ``counter`` by label and
+        outcome, ``histogram`` by label. Callers keep it and call ``record`` per piece of work."""
+        found = Series(self, counter, histogram, label)
         with self._lock:
-            return [(f, {k: (list(v) if isinstance(v, list) else v) for k, v in f.values.items()}, dict(f.created))
-                    for f in self.families]
+            self._series.append(found)
+        return found
+
+    def snapshot(self) -> list[tuple[Family, dict[Labels, Any], dict[Labels, float]]]:
+        """A consistent copy of every family's values (for a scrape): the family's own, plus what
+        its ``Series`` hold (summed where both have a label set)."""
+        with self._lock:
+            out = {id(f): (f, {k: (list(v) if isinstance(v, list) else v) for k, v in f.values.items()},
+                           dict(f.created)) for f in self.families}
+            for series in self._series:
+                series.add_to(out[id(series.counter)][1:], out[id(series.histogram)][1:])
+        return list(out.values())
 
     # -- exposition ----------------------------------------------------------------------------
     def exposition_registry(self) -> Any:
@@ -213,6 +226,85 @@ class Metrics:
 
         encoder, content_type = exposition.choose_encoder(accept or "")
         return encoder(self.exposition_registry()), content_type
+
+
+class Series:
+    """One label of a counter + histogram pair (store requests by ``op``, tool calls by ``tool``),
+    recorded on the caller's thread for every request and call — so its own slots hold the
+    values (a scrape adds them to the families): ``record`` is one lock, an ``ok`` count, one
+    bucket count (the first bucket without a search: most local work fits) and the sum. Fewer
+    objects touched per record is what makes it cheap inside a real request, where the caches
+    hold the request's data, not ours."""
+
+    __slots__ = ("buckets", "counter", "created", "first", "histogram", "label", "lock", "low", "ok", "ok_created",
+                 "others", "others_created", "rest", "total")
+
+    def __init__(self, metrics: Metrics, counter: Family, histogram: Family, label: str) -> None:
+        self.lock = metrics._lock
+        self.counter, self.histogram, self.label = counter, histogram, label
+        self.buckets = histogram.buckets
+        self.low = histogram.buckets[0]
+        self.ok = 0
+        self.ok_created = 0.0
+        self.others: dict[str, int] = {}
+        self.others_created: dict[str, float] = {}
+        self.first = 0  # observations in the first bucket
+        self.rest = [0] * (len(self.buckets) + 1)  # per bucket (index 0 unused), +Inf last
+        self.total = 0.0
+        self.created = time.time()
+
+    def record(self, outcome: str, seconds: float) -> None:
+        with self.lock:
+            if outcome == "ok":
+                if self.ok:
+                    self.ok += 1
+                else:
+                    self.ok = 1
+                    self.ok_created = time.time()
+            elif outcome in self.others:
+                self.others[outcome] += 1
+            else:
+                self.others[outcome] = 1
+                self.others_created[outcome] = time.time()
+            if seconds <= self.low:
+                self.first += 1
+            else:
+                self.rest[bisect_left(self.buckets, seconds)] += 1
+            self.total += seconds
+
+    def add_to(self, counter: tuple[dict[Labels, Any], dict[Labels, float]],
+               histogram: tuple[dict[Labels, Any], dict[Labels, float]]) -> None:
+        """Add this series' values to snapshots of its families' (values, created) (lock held).
+        Nothing before the first record (prometheus_client shows a label set from its first use)."""
+        if not (self.ok or self.others):
+            return
+        values, created = counter
+        outcomes = ([("ok", self.ok, self.ok_created)] if self.ok else []) + [
+            (name, count, self.others_created[name]) for name, count in self.others.items()]
+        for outcome, count, since in outcomes:
+            key = (self.label, outcome)
+            values[key] = values.get(key, 0.0) + count
+            created[key] = min(created.get(key, since), since)
+        values, created = histogram
+        key = (self.label,)
+        row = values.setdefault(key, [0.0] * (len(self.buckets) + 2))
+        row[0] += self.first
+        for i in range(1, len(self.rest)):
+            row[i] += self.rest[i]
+        row[-1] += self.total
+        created[key] = min(created.get(key, self.created), self.created)
+
+
+class _PromSeries:
+    """``Series`` through prometheus_client's objects (multi-process mode)."""
+
+    __slots__ = ("_counter", "_histogram", "_label", "_metrics")
+
+    def __init__(self, metrics: MultiProcessMetrics, counter: Family, histogram: Family, label: str) -> None:
+        self._metrics, self._counter, self._histogram, self._label = metrics, counter, histogram, label
+
+    def record(self, outcome: str, seconds: float) -> None:
+        self._metrics.count_and_time(self._counter, (self._label, outcome), self._histogram, (self._label,), seconds)
 
 
 class _Collector:
@@ -299,6 +391,9 @@ class MultiProcessMetrics(Metrics):
     def set(self, family: Family, labels: Labels, value: float) -> None:
         self.child(family, labels).set(value)
 
+    def series(self, counter: Family, histogram: Family, label: str) -> Series:
+        return _PromSeries(self, counter, histogram, label)  # type: ignore[return-value]
+
     def exposition_registry(self) -> Any:
         with self._lock:
             if self._exposition is None:
@@ -320,5 +415,5 @@ def make_metrics(registry: Any | None = None) -> Metrics | None:
     return MultiProcessMetrics(registry) if os.environ.get(MULTIPROC_ENV) else Metrics(registry)
 
 
-__all__ = ["FAST_BUCKETS", "MULTIPROC_ENV", "SLOW_BUCKETS", "Family", "Metrics", "MultiProcessMetrics",
+__all__ = ["FAST_BUCKETS", "MULTIPROC_ENV", "SLOW_BUCKETS", "Family", "Metrics", "MultiProcessMetrics", "Series",
            "make_metrics"]

@@ -57,8 +57,7 @@ def observed(op: str) -> Callable[[Callable[..., T]], Callable[..., T]]:
     def wrap(fn: Callable[..., T]) -> Callable[..., T]:
         @functools.wraps(fn)
         def inner(self: ObjectStore, *args: Any, **kwargs: Any) -> T:
-            with self.telemetry.store_request(op):
-                return fn(self, *args, **kwargs)
+            return self.telemetry.call("store", op, fn, (self, *args), kwargs)
 
         return inner
 
