@@ -6,8 +6,8 @@ reports the first, cold build's request count separately. Session and auto memor
 the size sweep (the build itself); one extra row per backend builds with every feature at its
 default (session hooks, auto memory if ``build_agent`` wires it, snapshot check), as an app does.
 The 5,000- and 10,000-memory rows use a third of the repetitions (a build takes ~40 ms and
-more there). For the defaults build on SeaweedFS a second table splits the build into its parts
-(each timed on its own, so the parts need not add up exactly to the whole).
+more there). For the defaults build and the 10,000-memory build on SeaweedFS more tables split the
+build into its parts (each timed on its own, so the parts need not add up exactly to the whole).
 
 A third table is the per-memory cost of loading the manifest a build reads, at 1,000 and 10,000
 memories: ``MemoryDir.load_manifest()`` timed as it is, whatever the manifest format (issue #18
@@ -30,6 +30,8 @@ QUICK_SIZES = (10,)
 DEFAULTS_SIZE = 1000
 #: Sizes at which the manifest load is also timed on its own (per-memory cost).
 LOAD_SIZES = (1000, 10000)
+#: The size-sweep place whose build is also split into its parts (besides the defaults build).
+SPLIT_SIZE = 10000
 
 
 def repeat_for(n: int, repeat: int) -> int:
@@ -78,9 +80,11 @@ def manifest_load(own: MemoryDir, backend: str, n: int, repeat: int) -> list[obj
 
 
 def measure(backend: str, cfg: MemoryConfig, n: int, have: int, repeat: int, defaults: bool = False,
-            loads: list[list[object]] | None = None) -> tuple[list[object], list[list[object]]]:
+            loads: list[list[object]] | None = None, split: bool = False
+            ) -> tuple[list[object], list[list[object]]]:
     """Grow the place of ``cfg`` from ``have`` to ``n`` memories, then time builds in a fresh pod
-    (new ``MemoryServices``: the first build is a process's cold one)."""
+    (new ``MemoryServices``: the first build is a process's cold one). ``split`` (SeaweedFS only):
+    also time the build's parts."""
     services = MemoryServices.from_config(cfg)
     seed(services.user_agent_dir("bench-user"), n, start=have)
     if loads is not None:
@@ -101,7 +105,7 @@ def measure(backend: str, cfg: MemoryConfig, n: int, have: int, repeat: int, def
 
     times = timed(one, repeat)
     parts: list[list[object]] = []
-    if defaults and backend == "cos":
+    if split and backend == "cos":
         parts = [*breakdown(services, repeat), ["whole build_agent", p50(times)]]
     services.close()
     row = [backend, n, "defaults" if defaults else "off", len(times), p50(times), pct(times, 95), cold, max(counts)]
@@ -114,7 +118,7 @@ def run(sizes: tuple[int, ...] = SIZES, repeat: int = 30, quick: bool = False) -
     if quick:
         sizes, repeat = QUICK_SIZES, 3
     rows = []
-    parts: list[list[object]] = []
+    splits: list[tuple[str, list[list[object]]]] = []
     loads: list[list[object]] = []
     load_sizes = sizes if quick else LOAD_SIZES
     with servers(redis=False) as (weed, _):
@@ -122,23 +126,26 @@ def run(sizes: tuple[int, ...] = SIZES, repeat: int = 30, quick: bool = False) -
             cfg = config_for(backend, weed, session={"enabled": False}, auto={"enabled": False})  # type: ignore[arg-type]
             have = 0
             for n in sorted(sizes):
-                rows.append(measure(backend, cfg, n, have, repeat_for(n, repeat),
-                                    loads=loads if n in load_sizes else None)[0])
+                row, more = measure(backend, cfg, n, have, repeat_for(n, repeat),
+                                    loads=loads if n in load_sizes else None, split=n == SPLIT_SIZE and not quick)
+                rows.append(row)
+                if more:
+                    splits.append((f"{n} memories, session + auto off", more))
                 have = n
             if not quick:
                 full = config_for(backend, weed)  # type: ignore[arg-type]
-                row, more = measure(backend, full, DEFAULTS_SIZE, 0, repeat, defaults=True)
+                row, more = measure(backend, full, DEFAULTS_SIZE, 0, repeat, defaults=True, split=True)
                 rows.append(row)
-                parts += more
+                if more:
+                    splits.insert(0, (f"{DEFAULTS_SIZE} memories, session + auto on", more))
     out = table(["backend", "memories", "session + auto", "builds", "build p50 ms", "build p95 ms",
                  "requests (cold)", "requests (warm)"], rows)
     if loads:
         out += ("\n\nLoading the manifest a build reads (`MemoryDir.load_manifest()`, GET included; steady "
                 "state):\n\n" + table(["backend", "memories", "loads", "load p50 ms", "load p95 ms",
                                         "µs per memory"], loads))
-    if parts:
-        out += (f"\n\nWhere the time of a build goes (SeaweedFS, {DEFAULTS_SIZE} memories, session + auto on):"
-                "\n\n" + table(["part", "p50 ms"], parts))
+    for label, parts in splits:
+        out += f"\n\nWhere the time of a build goes (SeaweedFS, {label}):\n\n" + table(["part", "p50 ms"], parts)
     return out
 
 
