@@ -163,13 +163,23 @@ class MemoryDir:
         return self._transaction(prefetch)
 
     @contextlib.contextmanager
-    def _transaction(self, prefetch: tuple[str, ...] = (), lease: Lease | None = None) -> Iterator[PlaceTxn]:
-        """``transaction``; with ``lease``, inside a lock the caller already holds."""
+    def _transaction(self, prefetch: tuple[str, ...] = (), lease: Lease | None = None, *,
+                     repair: bool = False) -> Iterator[PlaceTxn]:
+        """``transaction``; with ``lease``, inside a lock the caller already holds. ``repair``
+        (``reindex``): a manifest that cannot be read (damaged, its base gone) starts as empty."""
         if lease is None:
-            with self.locker.hold(self.place.lock_name()) as held, self._transaction(prefetch, held) as txn:
+            with self.locker.hold(self.place.lock_name()) as held, \
+                    self._transaction(prefetch, held, repair=repair) as txn:
                 yield txn
             return
-        manifest, etag, pending, files = self._load_with_intent(prefetch)
+        try:
+            manifest, etag, pending, files = self._load_with_intent(prefetch)
+        except MemoryFormatError as exc:
+            if not repair:
+                raise
+            log.warning("%s: the manifest cannot be read (%s); rebuilding it from the files", self.place.label, exc)
+            head = self.store.get_or_none(self.manifest_key)
+            manifest, etag, pending, files = Manifest(), (head.etag if head else None), intents.load(self), {}
         if pending is not None:
             lease.check()
             intents.resolve(self, pending, manifest.txn, etag, exclusive=lease.exclusive, fence=lease.fence,
@@ -400,12 +410,16 @@ class MemoryDir:
         from ..search.place import rebuild as rebuild_search
 
         skipped: list[tuple[str, str]] = []
-        with self.transaction() as txn:
+        with self._transaction(repair=True) as txn:
             old = txn.manifest
             fresh: dict[str, ManifestEntry] = {}
             memories: dict[str, MemoryFile] = {}
+            bases: list[str] = []
             for info in self.store.list(self.place.prefix):
                 rel = self.place.filename_of(info.key)
+                if stored.is_base_name(rel):
+                    bases.append(rel)
+                    continue
                 if rel == INDEX_FILE or any(p.startswith(".") for p in rel.split("/")):
                     continue  # the index, the manifest, state and intent records
                 try:
@@ -436,6 +450,10 @@ class MemoryDir:
             txn.compact()
             manifest = txn.commit().manifest
             rebuild_search(self, manifest, memories)  # still under the place lock
+            keep = {stored.base_name(g) for g in (manifest.base, manifest.prev_base) if g}
+            for name in bases:  # left by commits that failed after writing their base
+                if name not in keep:
+                    self._drop_base(name[len(".manifest."):-len(".json")])
         self.last_skipped = skipped
         return manifest
 
