@@ -464,7 +464,7 @@ class RedisLocker:
                 position = -got - 1  # 0: next in line
                 pause = 0.002 if position == 0 else min(0.002 * (position + 1), 0.03)
                 pause += secrets.randbelow(1000) / 1_000_000
-                if answer is not None and position > 0:  # woken at once by the holder's answer
+                if answer is not None:  # woken at once by the holder's answer (no polling while it works)
                     if self.client.blmove(answer, answer, pause, "LEFT", "LEFT") is not None:
                         continue  # answered: the next round leaves the queue
                 else:

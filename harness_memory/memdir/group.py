@@ -147,7 +147,13 @@ def stage(txn: PlaceTxn, proposals: list[Proposal], handoff: Handoff) -> tuple[l
     Returns the staged proposals and the answers sent."""
     from .txn import ABSENT
 
-    txn.prefetch([p.file for p in proposals if _valid_name(p.file)])
+    # Only files the manifest lists are read (their text is the undo record and their etag the
+    # write condition); a name it does not list is created write-if-absent without a GET — an
+    # unlisted object already there makes that write fail, and the batch runs its saves alone.
+    listed = txn.manifest.entries
+    txn.prefetch([p.file for p in proposals if _valid_name(p.file) and p.file in listed])
+    txn.seed_reads({p.file: None for p in proposals if p.file not in listed and not txn.has_read(p.file)
+                    and _valid_name(p.file)})
     staged: list[Proposal] = []
     later: list[Proposal] = []
     alone: list[tuple[Proposal, Answer]] = []

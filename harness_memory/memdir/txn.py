@@ -175,6 +175,9 @@ class PlaceTxn:
         if file in self._deletes:
             self._deletes.remove(file)
 
+    def has_read(self, file: str) -> bool:
+        return file in self._reads
+
     def has_write(self, file: str) -> bool:
         return file in self._writes
 
