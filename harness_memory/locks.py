@@ -462,13 +462,17 @@ class RedisLocker:
                     answer = propose()
                     continue
                 position = -got - 1  # 0: next in line
-                pause = 0.002 if position == 0 else min(0.002 * (position + 1), 0.03)
-                pause += secrets.randbelow(1000) / 1_000_000
-                if answer is not None:  # woken at once by the holder's answer (no polling while it works)
+                if answer is not None:
+                    # A waiter whose save the holder will most likely take blocks on its answer
+                    # (woken at once) and looks at the queue less often: polling every 2 ms from
+                    # eight processes cost more CPU than the commits. It still polls well inside
+                    # ``stale``, and the next in line soon enough to take a lock left unanswered.
+                    pause = 0.005 if position == 0 else min(0.01 * (position + 1), 0.1)
                     if self.client.blmove(answer, answer, pause, "LEFT", "LEFT") is not None:
                         continue  # answered: the next round leaves the queue
                 else:
-                    time.sleep(pause)
+                    pause = 0.002 if position == 0 else min(0.002 * (position + 1), 0.03)
+                    time.sleep(pause + secrets.randbelow(1000) / 1_000_000)
         except BaseException:
             with contextlib.suppress(*REDIS_ERRORS):
                 self._leave(keys=keys[1:3], args=[token])

@@ -540,6 +540,8 @@ class MemoryDir:
         """PUT MEMORY.md rendered from ``manifest``: beside the head's PUT (``wait=False``, with an
         executor; returns how to wait for it) or now. A failure is logged: the manifest is the
         index of record and the next commit renders MEMORY.md again."""
+        if not wait and self.executor is None:
+            return None  # rendered and PUT after the head instead
         data = render_index(manifest).encode("utf-8")
 
         def put() -> None:
@@ -548,10 +550,8 @@ class MemoryDir:
             except StorageError as exc:
                 log.warning("MEMORY.md of %s not refreshed (%s); the manifest is current", self.place.label, exc)
 
-        if wait or self.executor is None:
-            if wait:
-                put()
-                return None
+        if wait:
+            put()
             return None
         future = self.executor.submit(wrap_context(put))
         return future.result
