@@ -140,9 +140,11 @@ def memory_text(i: int) -> str:
             f"type: project\n---\n\nBody of memory {i}: details that matter later.\n")
 
 
-def seed(memdir: Any, n: int, chunk: int = 1000) -> None:
-    for start in range(0, n, chunk):
-        memdir.save_many([(f"m{i:05d}.md", memory_text(i)) for i in range(start, min(n, start + chunk))])
+def seed(memdir: Any, n: int, chunk: int = 1000, start: int = 0) -> None:
+    """Memories ``m{start}`` … ``m{n - 1}`` in batches of ``chunk`` (``save_many``: one index update
+    each); ``start`` grows a place seeded before to ``n``."""
+    for first in range(start, n, chunk):
+        memdir.save_many([(f"m{i:05d}.md", memory_text(i)) for i in range(first, min(n, first + chunk))])
 
 
 def machine() -> str:

@@ -17,6 +17,7 @@ import sys
 import time
 
 from harness_memory.config import MemoryConfig
+from harness_memory.search.index import tokenize
 from harness_memory.services import MemoryServices
 from harness_memory.tools import MemoryTools
 
@@ -35,6 +36,7 @@ def main() -> int:
     services = MemoryServices.from_config(MemoryConfig.load())
     tools = MemoryTools(services.user_agent_dir(user))
     tools.list_files()  # open the connections before the gate
+    tokenize("warm up 预热")  # and load the search tokenizer a long-running pod has loaded long ago
     print("READY", flush=True)
     sys.stdin.readline()
     failures: list[dict[str, str]] = []

@@ -89,6 +89,9 @@ class Section:
     seconds: float = 0.0
     error: str | None = None
     load: float = float("nan")  # 1-minute load average when the bench started
+    #: A section kept from the previous RESULTS.md by ``--update``: its whole text (heading, notes
+    #: added by hand such as "run separately"), written back as it was.
+    verbatim: str = ""
 
 
 def run_bench(bench: Bench, quick: bool) -> Section:
@@ -175,6 +178,9 @@ def results_markdown(sections: list[Section], targets: list[Target], started: dt
         "",
     ]
     for s in sections:
+        if s.verbatim:
+            out += [s.verbatim, ""]
+            continue
         out += [f"## {s.bench.title}", "", f"_{s.bench.what}_ ({s.seconds:.0f} s)", ""]
         if s.error:
             out += ["**FAILED** — this bench raised:", "", "```", s.error.strip()[-3000:], "```", ""]
@@ -184,7 +190,8 @@ def results_markdown(sections: list[Section], targets: list[Target], started: dt
             "The machine was shared with other work; the 1-minute load average when each bench started says how "
             f"much (this machine has {os.cpu_count()} cores).", "",
             _table(["bench", "seconds", "load average at start"],
-                   [[s.bench.key, f"{s.seconds:.1f}", f"{s.load:.2f}"] for s in sections])]
+                   [[s.bench.key, f"{s.seconds:.1f}", f"{s.load:.2f}"] for s in sections
+                    if s.seconds or not s.verbatim])]  # a kept section without a recorded time: no row
     return "\n".join(out) + "\n"
 
 
@@ -229,20 +236,23 @@ def _demote_headings(md: str) -> str:
 
 
 def previous_sections(text: str) -> dict[str, Section]:
-    """The sections of an existing RESULTS.md, by bench key (with their run time and load)."""
+    """The sections of an existing RESULTS.md, by bench key (with their run time, load and whole text).
+
+    A heading may carry a note after the title (``## 8. Load … (run separately)``): still found, and
+    the section is written back verbatim, so an ``--update`` of other benches keeps it."""
     times = {m.group(1): (float(m.group(2)), float(m.group(3)))
              for m in re.finditer(r"^\| (\w+) \| ([\d.]+) \| ([\d.]+|nan) \|$", text, re.MULTILINE)}
     found: dict[str, Section] = {}
     for bench in BENCHES:
-        start = text.find(f"\n## {bench.title}\n")
-        if start < 0:
+        m = re.search(rf"^## {re.escape(bench.title)}(?: \([^\n]*\))?$", text, re.MULTILINE)
+        if m is None:
             continue
-        body = text[start + len(bench.title) + 5 :]
-        end = body.find("\n## ")
-        body = body[: end if end >= 0 else len(body)].strip()
+        end = text.find("\n## ", m.end())
+        whole = text[m.start(): end if end >= 0 else len(text)].strip()
+        body = whole[m.end() - m.start():].strip()
         _what, _, rest = body.partition("\n")
         seconds, load = times.get(bench.key, (0.0, float("nan")))
-        found[bench.key] = Section(bench, rest.strip(), seconds, None, load)
+        found[bench.key] = Section(bench, rest.strip(), seconds, None, load, verbatim=whole)
     return found
 
 

@@ -85,7 +85,66 @@ def evaluate_targets(sections: dict[str, str]) -> list[Target]:
             _search_recall(sections.get("recall")), _recall_calls(sections.get("cost")),
             _longmemeval(sections.get("longmemeval")),
             _memory_calls(sections.get("cost"), sections.get("auto")), _pace_sweep(sections.get("auto")),
-            _observe(sections.get("observe")), _ui_load(sections.get("ui")), *_trust(sections.get("trust"))]
+            _observe(sections.get("observe")), _ui_load(sections.get("ui")), *_trust(sections.get("trust")),
+            *_scale(sections.get("build"), sections.get("tools"), sections.get("concurrency"))]
+
+
+SCALE = "#18 scale"
+
+
+def _scale(build: str | None, tools: str | None, conc: str | None) -> list[Target]:
+    """Issue 18's benchmark targets: a build at 10,000 memories, a save at 1,000, 8 writers on one place."""
+    return [_build_10k(build), _save_1k(tools), _writers_8(conc)]
+
+
+def _build_10k(md: str | None) -> Target:
+    name = "agent build with 10,000 memories: p50 ≤ 15 ms"
+    row = find_row(md, backend="cos", memories="10000", **{"session + auto": "off"})
+    p = num(row, "build p50 ms")
+    how = ("wall time of `build_agent`, 10,000 memories, CosStore on loopback SeaweedFS, steady state (session + "
+           "auto off, as the 1,000-memory row); the manifest load's cost per memory is in the build section")
+    if p is None:
+        return Target(name, SCALE, "n/a", None, how)
+    measured = f"p50 {_fmt(p)} ms (p95 {_fmt(num(row, 'build p95 ms') or float('nan'))} ms)"
+    load = find_row(md, backend="cos", memories="10000", **{"µs per memory": lambda _: True})
+    per = num(load, "µs per memory")
+    if per is not None:
+        measured += f"; manifest load {_fmt(num(load, 'load p50 ms') or float('nan'))} ms ({per:.2f} µs per memory)"
+    return Target(name, SCALE, measured, p <= 15, how, f"{_fmt(p)} ms")
+
+
+def _save_1k(md: str | None) -> Target:
+    name = "`save_file` with 1,000 memories on SeaweedFS: p50 ≤ 10 ms"
+    new = find_row(md, backend="cos", tool="save_file (new file)", **{"memories in place": "1000"})
+    over = find_row(md, backend="cos", tool="save_file (overwrite)", **{"memories in place": "1000"})
+    pn, po = num(new, "p50 ms"), num(over, "p50 ms")
+    how = ("`MemoryTools.save_file` into a place of 1,000 memories, CosStore on loopback SeaweedFS with the Redis "
+           "place lock, one writer; judged on both a new file and an overwrite")
+    if pn is None or po is None:
+        return Target(name, SCALE, "n/a", None, how)
+    measured = (f"new file p50 {_fmt(pn)} ms (p95 {_fmt(num(new, 'p95 ms') or float('nan'))} ms), overwrite p50 "
+                f"{_fmt(po)} ms; {(new or {}).get('store requests / call', '?')} store requests per save")
+    return Target(name, SCALE, measured, max(pn, po) <= 10, how, f"new {_fmt(pn)} ms, overwrite {_fmt(po)} ms")
+
+
+def _writers_8(md: str | None) -> Target:
+    name = "8 processes saving into one place: ≥ 200 saves/s, 0 lost entries"
+    row = find_row(md, deployment="cos + Redis lock", processes="8")
+    rate = num(row, "saves/s")
+    how = ("bench_concurrency: 8 OS processes save into ONE place through `MemoryTools.save_file` (SeaweedFS with "
+           "conditional PUT off as on real COS, Redis place lock); saves/s from the first start to the last end; "
+           "lost = a save that answered success but is missing from the stored MEMORY.md or manifest; a save "
+           "that answered an error fails the target too")
+    if rate is None:
+        return Target(name, SCALE, "n/a", None, how)
+    cells = row or {}
+    lost = (num(row, "lost MEMORY.md entries") or 0) + (num(row, "lost manifest entries") or 0)
+    failed = num(row, "failed saves") or 0
+    measured = (f"{_fmt(rate)} saves/s ({cells.get('saves', '?')} saves, p50 {cells.get('save p50 ms', '?')} ms per "
+                f"save); lost: MEMORY.md {cells.get('lost MEMORY.md entries', '?')}, manifest "
+                f"{cells.get('lost manifest entries', '?')}; failed saves {failed:.0f}")
+    return Target(name, SCALE, measured, rate >= 200 and lost == 0 and failed == 0, how,
+                  f"{_fmt(rate)} saves/s, {lost:.0f} lost, {failed:.0f} failed")
 
 
 def _trust(md: str | None) -> list[Target]:
@@ -315,6 +374,11 @@ def _pace_sweep(auto: str | None) -> Target:
     return Target(name, "#14 auto memory", measured, met, how, measured)
 
 
+def _wait(cell: str) -> str:
+    """The failover table's ``redis.wait_replicas`` cell ("off" or "WAIT 1") as "WAIT off" / "WAIT 1"."""
+    return cell if cell.upper().startswith("WAIT") else f"WAIT {cell}"
+
+
 def _turns(cost: str | None) -> int:
     m = re.search(r"one scripted (\d+)-turn", cost or "")
     return int(m.group(1)) if m else 100
@@ -373,6 +437,11 @@ def summary_rows(sections: dict[str, str]) -> list[Comparison]:
     if bc is not None and bl is not None:
         text = f"{_fmt(bc)} vs {_fmt(bl)} ms"
         out.append(Comparison("agent build p50, 1,000 memories, SeaweedFS vs local", text, text))
+    loads = {r.get("memories"): r for r in rows_with(build, "µs per memory") if r.get("backend") == "cos"}
+    if "1000" in loads and "10000" in loads:
+        text = "; ".join(f"{n[:-3]},000: {row['µs per memory']} µs per memory ({row['load p50 ms']} ms a load)"
+                         for n, row in ((n, loads[n]) for n in ("1000", "10000")))
+        out.append(Comparison("manifest load per memory a build pays, 1,000 vs 10,000 memories, SeaweedFS", text, text))
     tools = sections.get("tools")
     for tool in ("save_file (new file)", "read_file"):
         c = find_row(tools, backend="cos", tool=tool, **{"memories in place": "1000"})
@@ -389,7 +458,7 @@ def summary_rows(sections: dict[str, str]) -> list[Comparison]:
         out.append(Comparison("load test, largest size", text, text))
     fo = rows_with(sections.get("failover"), "lost")
     if fo:
-        parts = [f"{r['trigger']}, WAIT {r['redis.wait_replicas']}: {r['lost']} of {r['messages acknowledged']} lost"
+        parts = [f"{r['trigger']}, {_wait(r['redis.wait_replicas'])}: {r['lost']} of {r['messages acknowledged']} lost"
                  for r in fo]
         text = "; ".join(parts)
         out.append(Comparison("buffered messages lost in a Sentinel failover", text, text))

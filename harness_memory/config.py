@@ -154,6 +154,9 @@ class LimitsConfig(_Section):
     lock_wait_seconds: float = Field(30.0, gt=0, description=(
         "How long a writer waits for the lock (queue-ordered), and the budget for retrying a commit "
         "while Redis is down."))
+    group_commit_max: int = Field(64, ge=0, description=(
+        "Saves waiting for a place's lock that its holder takes over and commits with its own in one "
+        "manifest write (group commit, Redis locks only); 0 turns it off."))
     import_max_entries: int = Field(
         20000, ge=1, description="Most entries (files, state files, zip members) one import may hold; more "
         "and the whole import is refused.")

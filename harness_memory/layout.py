@@ -30,8 +30,19 @@ INTENT_FILE = ".intent.json"
 SEARCH_INDEX_FILE = ".search-index.bin"
 #: Embeddings of every memory of a place (recall/semantic.py), when an embeddings endpoint is set.
 SEARCH_VECTORS_FILE = ".search-vectors.bin"
+#: Search documents changed since ``SEARCH_INDEX_FILE`` was last written whole (harness_memory/search).
+SEARCH_DELTA_FILE = ".search-delta.bin"
 RESERVED_FILES = frozenset({INDEX_FILE, MANIFEST_FILE, SNAPSHOT_SYNC_FILE, INTENT_FILE, SEARCH_INDEX_FILE,
-                            SEARCH_VECTORS_FILE})
+                            SEARCH_VECTORS_FILE, SEARCH_DELTA_FILE})
+#: A manifest base (``memdir/stored.py``): ``.manifest.<generation>.json``.
+_MANIFEST_BASE = re.compile(r"^\.manifest\.[0-9a-f]{4,32}\.json$")
+
+
+def is_derived(name: str) -> bool:
+    """An object rebuilt from the memory files (manifest head and bases, search index and
+    vectors): never exported, never imported."""
+    return name in (MANIFEST_FILE, SEARCH_INDEX_FILE, SEARCH_DELTA_FILE, SEARCH_VECTORS_FILE) \
+        or bool(_MANIFEST_BASE.fullmatch(name))
 MAX_FILENAME_BYTES = 255
 MAX_FILE_DEPTH = 4
 _PCT_RE = re.compile(r"%[0-9A-Fa-f]{2}")

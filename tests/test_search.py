@@ -17,7 +17,8 @@ from harness_memory.recall import recall
 from harness_memory.recall.lexical import ScoredFile
 from harness_memory.recall.select import skip_reason
 from harness_memory.search import SearchIndex, clear_cache
-from harness_memory.search.place import index_key
+from harness_memory.search.place import delta_key, index_key
+from harness_memory.search.place import stored_index as search_stored_index
 from harness_memory.services import MemoryServices, services_for
 from harness_memory.tools import MemoryTools
 from tests.fakellm import ScriptedLLM, delay, text, tool_calls
@@ -58,8 +59,7 @@ def services(make_config: Callable[..., MemoryConfig]) -> Iterator[Callable[...,
 
 
 def stored_index(svc: MemoryServices, user: str = "u1") -> SearchIndex:
-    own = svc.user_agent_dir(user)
-    return SearchIndex.from_bytes(svc.store.get(index_key(own)).data)
+    return search_stored_index(svc.user_agent_dir(user))
 
 
 @pytest.mark.parametrize("backend", ["local", "cos"])
@@ -82,7 +82,7 @@ def test_index_is_written_with_each_commit_and_rebuilt_by_reindex(services: Call
     own.delete("style.md")
     assert set(stored_index(svc).docs) == set(NOTES) - {"style.md"}
 
-    svc.store.delete(index_key(own))  # lost (or a place written before the index existed)
+    svc.store.delete_many([index_key(own), delta_key(own)])  # lost (or a place written before the index existed)
     own.reindex()
     rebuilt = stored_index(svc)
     assert set(rebuilt.docs) == set(NOTES) - {"style.md"} and "bonsai" in rebuilt.docs["hobby.md"].terms
@@ -92,7 +92,7 @@ def test_a_commit_fills_in_memories_the_index_lacks(services: Callable[..., Memo
     svc = services("local")
     own = svc.user_agent_dir("u1")
     own.save_many(list(NOTES.items()))
-    svc.store.delete(index_key(own))
+    svc.store.delete_many([index_key(own), delta_key(own)])
     clear_cache()
     own.save("new.md", memory("New", "A new note", "Nothing special"))
     assert set(stored_index(svc).docs) == {*NOTES, "new.md"}  # read back from the files, bounded per commit
@@ -142,7 +142,7 @@ def test_recall_with_a_query_costs_at_most_one_extra_get_and_a_build_three(
     result = recall(svc, "u1", "default", "zebrafish", manifest=manifest)
     assert result.files == ("hobby.md",)
     cold = svc.store.request_count - before
-    assert cold == 2  # the index (one GET, pod cache cold) + the chosen file
+    assert cold == 3  # the index (whole + delta, read together: pod cache cold) + the chosen file
     before = svc.store.request_count
     recall(svc, "u1", "default", "zebrafish", manifest=manifest)
     assert svc.store.request_count - before == 1  # warm: the chosen file only

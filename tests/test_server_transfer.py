@@ -21,6 +21,7 @@ import pytest
 from harness_memory.auto.service import auto_memory_for
 from harness_memory.config import MemoryConfig
 from harness_memory.control.bundle_zip import ZIP_INDEX
+from harness_memory.layout import is_derived
 from harness_memory.services import services_for
 
 from .test_server_memory import GOOD, PREFS, api, error_of, keys, stored
@@ -58,8 +59,9 @@ def user_objects(cfg: MemoryConfig, user: str = "u1") -> dict[str, bytes]:
     """Every object of the user except the manifest (its JSON carries write times) and the last
     commit's intent record (writers' bookkeeping, with a transaction id)."""
     store = services_for(cfg).store
-    derived = ("/.manifest.json", "/.search-index.bin", "/.intent.json")  # import times, transaction ids
-    return {k: store.get(k).data for k in keys(cfg, f"users/{user}/") if not k.endswith(derived)}
+    derived = ("/.intent.json",)  # transaction ids
+    return {k: store.get(k).data for k in keys(cfg, f"users/{user}/")
+            if not k.endswith(derived) and not is_derived(k.rsplit("/", 1)[-1])}  # import times, generations
 
 
 def manifests(cfg: MemoryConfig, user: str = "u1") -> dict[str, Any]:

@@ -21,7 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import InvalidName, MemoryFormatError
-from ..layout import MANIFEST_FILE, SEARCH_INDEX_FILE, SEARCH_VECTORS_FILE, Place, PlaceKind
+from ..layout import Place, PlaceKind, is_derived
 from ..memdir import Manifest, MemoryDir, is_state_file
 from .places import is_memory_file, place_path
 
@@ -138,10 +138,6 @@ def encode_file(name: str, data: bytes, created_at: float | None = None) -> Bund
                           sha256=digest, created_at=created_at)
 
 
-#: Objects rebuilt from the memory files (the manifest, the search index and vectors): not exported.
-_DERIVED = frozenset({MANIFEST_FILE, SEARCH_INDEX_FILE, SEARCH_VECTORS_FILE})
-
-
 # -- export ----------------------------------------------------------------------------------
 def export_places(dirs: Sequence[MemoryDir], scope: str, progress: Progress | None = None) -> Bundle:
     """Read every memory file of ``dirs`` (manifest entries plus anything LIST finds)."""
@@ -156,7 +152,7 @@ def export_places(dirs: Sequence[MemoryDir], scope: str, progress: Progress | No
                 names.add(name)
             elif is_state_file(name):
                 states.append(name)
-            elif name not in _DERIVED and not name.endswith("MEMORY.md"):
+            elif not is_derived(name) and not name.endswith("MEMORY.md"):
                 log.warning("export %s: skipping %s (not a memory file name)", mdir.place.label, name)
         plans.append((mdir, manifest, sorted(names), sorted(states)))
     total = sum(len(names) for _, _, names, _ in plans)

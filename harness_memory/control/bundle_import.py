@@ -15,6 +15,7 @@ whose bytes are already stored is left alone (``unchanged``).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Callable, Sequence
@@ -281,7 +282,7 @@ def _restore_state(plan: PlannedPlace, unchanged: dict[str, float], *, replace: 
             manifest.meta.update(plan.meta)
         for name, at in unchanged.items():
             entry = manifest.entries.get(name)
-            if entry is not None:
-                entry.created_at = at
+            if entry is not None:  # replaced, not changed in place: entries are shared (memdir/index.py)
+                manifest.entries[name] = dataclasses.replace(entry, created_at=at)
 
     return mutate

@@ -25,7 +25,7 @@ import zlib
 from pydantic import ValidationError
 
 from ..errors import MemoryFormatError
-from ..layout import INDEX_FILE, MANIFEST_FILE
+from ..layout import INDEX_FILE, is_derived
 from ..memdir import is_state_file
 from .bundle import MAX_STATE_FILE_BYTES, Bundle, BundleFile, BundlePlace, encode_file
 from .bundle_import import BundleInvalid
@@ -115,7 +115,7 @@ def read_zip(data: bytes, *, max_file_bytes: int, max_total_bytes: int, max_entr
                                 "projects/<project>/memory/)")
                 continue
             place, name = located
-            if name in (INDEX_FILE, MANIFEST_FILE) or name.endswith("/" + INDEX_FILE):
+            if name == INDEX_FILE or is_derived(name) or name.endswith("/" + INDEX_FILE):
                 continue  # regenerated on import
             state = is_state_file(name)
             limit = MAX_STATE_FILE_BYTES if state else max_file_bytes

@@ -1,5 +1,6 @@
 """memdir: memory files, the MEMORY.md index and manifest, and one place as a directory."""
 
+from . import stored
 from .directory import MemoryDir, ReadResult
 from .index import CappedText, Manifest, ManifestEntry, cap_index, index_line, parse_index, render_index
 from .model import FRONTMATTER_EXAMPLE, MemoryFile, MemoryType, parse_memory, split_frontmatter
@@ -25,4 +26,5 @@ __all__ = [
     "parse_memory",
     "render_index",
     "split_frontmatter",
+    "stored",
 ]

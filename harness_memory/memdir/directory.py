@@ -14,8 +14,10 @@ only that write fails the next change heals it, and readers use the manifest any
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import random
+import sys
 import time
 import unicodedata
 from collections.abc import Callable, Iterator
@@ -23,13 +25,23 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from ..config import LimitsConfig
-from ..errors import MemoryFormatError, ObjectNotFound, PreconditionFailed, StorageError, WriteConflict
+from ..errors import (
+    MemoryFormatError,
+    ObjectNotFound,
+    OutcomeUnknown,
+    PreconditionFailed,
+    StorageError,
+    StorageUnavailable,
+    WriteConflict,
+)
 from ..layout import INDEX_FILE, INTENT_FILE, MANIFEST_FILE, Place, validate_filename
-from ..locks import LOCAL_LEASE, Lease, LocalLocker, Locker
+from ..locks import LOCAL_LEASE, Lease, LocalLocker, Locker, RedisLease, RedisLocker
 from ..observe import wrap_context
+from ..redis_client import REDIS_ERRORS
 from ..storage.base import ObjectStore, StoredObject
+from . import group, stored
 from . import intent as intents
-from .index import CappedText, Manifest, ManifestEntry, cap_index, parse_index, render_index
+from .index import CappedText, Manifest, ManifestEntry, cap_index, capped_index, parse_index, render_index
 from .model import MemoryFile, parse_memory, utf8_size
 from .txn import ABSENT, PlaceTxn, SaveResult, TxnResult
 
@@ -77,11 +89,9 @@ class MemoryDir:
 
     # -- reading --------------------------------------------------------------------------
     def load_manifest(self) -> tuple[Manifest, str | None]:
-        """The manifest and its etag (None when the place has none yet). One GET."""
-        obj = self.store.get_or_none(self.manifest_key)
-        if obj is None:
-            return Manifest(), None
-        return Manifest.from_bytes(obj.data), obj.etag
+        """The manifest and its head's etag (None when the place has none yet). One GET when this
+        pod holds the place's base already (``stored.py``), two when not."""
+        return stored.load(self.store, self.place.prefix, self.manifest_key)
 
     def manifest(self) -> Manifest:
         return self.load_manifest()[0]
@@ -94,10 +104,9 @@ class MemoryDir:
         if manifest is None:
             manifest = self.manifest()
         if manifest.entries:
-            text = render_index(manifest)
-        else:
-            obj = self.store.get_or_none(self.index_key)
-            text = obj.data.decode("utf-8", errors="replace") if obj else ""
+            return capped_index(manifest, self.limits.index_max_lines, self.limits.index_max_bytes)
+        obj = self.store.get_or_none(self.index_key)
+        text = obj.data.decode("utf-8", errors="replace") if obj else ""
         return cap_index(text, self.limits.index_max_lines, self.limits.index_max_bytes)
 
     def read(self, file: str) -> ReadResult:
@@ -154,19 +163,33 @@ class MemoryDir:
         return self._transaction(prefetch)
 
     @contextlib.contextmanager
-    def _transaction(self, prefetch: tuple[str, ...] = ()) -> Iterator[PlaceTxn]:
-        with self.locker.hold(self.place.lock_name()) as lease:
+    def _transaction(self, prefetch: tuple[str, ...] = (), lease: Lease | None = None, *,
+                     repair: bool = False) -> Iterator[PlaceTxn]:
+        """``transaction``; with ``lease``, inside a lock the caller already holds. ``repair``
+        (``reindex``): a manifest that cannot be read (damaged, its base gone) starts as empty."""
+        if lease is None:
+            with self.locker.hold(self.place.lock_name()) as held, \
+                    self._transaction(prefetch, held, repair=repair) as txn:
+                yield txn
+            return
+        try:
             manifest, etag, pending, files = self._load_with_intent(prefetch)
-            if pending is not None:
-                lease.check()
-                intents.resolve(self, pending, manifest.txn, etag, exclusive=lease.exclusive, fence=lease.fence,
-                                min_age=2 * self.limits.lock_ttl_seconds + self.limits.lock_wait_seconds)
-            txn = PlaceTxn(self, manifest, etag, lease)
-            if pending is None or not any(w.file in files for w in pending.writes):  # else read after the undo
-                txn.seed_reads(files)
-            yield txn
-            if txn.staged:
-                txn.commit()
+        except MemoryFormatError as exc:
+            if not repair:
+                raise
+            log.warning("%s: the manifest cannot be read (%s); rebuilding it from the files", self.place.label, exc)
+            head = self.store.get_or_none(self.manifest_key)
+            manifest, etag, pending, files = Manifest(), (head.etag if head else None), intents.load(self), {}
+        if pending is not None:
+            lease.check()
+            intents.resolve(self, pending, manifest.txn, etag, exclusive=lease.exclusive, fence=lease.fence,
+                            min_age=2 * self.limits.lock_ttl_seconds + self.limits.lock_wait_seconds)
+        txn = PlaceTxn(self, manifest, etag, lease)
+        if pending is None or not any(w.file in files for w in pending.writes):  # else read after the undo
+            txn.seed_reads(files)
+        yield txn
+        if txn.staged and not txn.aborted:
+            txn.commit()
 
     def _load_with_intent(self, prefetch: tuple[str, ...]
                           ) -> tuple[Manifest, str | None, intents.Intent | None, dict[str, StoredObject | None]]:
@@ -190,16 +213,102 @@ class MemoryDir:
         ``expect``: None writes unconditionally; ``ABSENT`` only creates (PreconditionFailed when
         the file exists); an etag only overwrites that version (PreconditionFailed when the file
         changed or is gone) — checked under the place lock, so two editors cannot both win.
+        With Redis locks a save that has to wait hands its change to the lock's holder (group
+        commit, ``group.py``); the answer is the same as if it had run alone.
         """
         file = validate_filename(file)
         self.check_content(content)  # refuse bad content before waiting for the lock
+        handoff = self._handoff()
+        if handoff is None:
+            return self._redo_on_conflict(lambda: self._save_once(file, content, expect))
+        return self._save_grouped(handoff, file, content, expect)
 
-        def once() -> SaveResult:
-            with self.transaction(prefetch=(file,)) as txn:
-                txn.write(file, content, expect=expect)
-            return _committed(txn).saved[0]
+    def _handoff(self) -> group.Handoff | None:
+        if self.limits.group_commit_max <= 0 or not isinstance(self.locker, RedisLocker):
+            return None
+        return group.Handoff(self.locker, self.place.lock_name(), self.limits.group_commit_max)
 
-        return self._redo_on_conflict(once)
+    def _save_grouped(self, handoff: group.Handoff, file: str, content: str, expect: str | None) -> SaveResult:
+        proposal = handoff.new(file, content, expect)
+        posted: list[bool] = []
+        try:
+            return self._save_handed(handoff, proposal, posted)
+        except REDIS_ERRORS as exc:
+            # Redis failed mid-way: whether a holder took the proposal (or our commit landed) is unknown. Redo the save
+            # under the lock (local while Redis is down); a file already holding exactly this text
+            # (the holder committed it) is reported saved without a second write.
+            log.info("group commit on %s interrupted (%s); saving alone", self.place.label, exc)
+            if posted:
+                with contextlib.suppress(*REDIS_ERRORS):
+                    handoff.withdraw(proposal)
+            # redo=True even when nothing was posted: the error may have come after our own commit
+            return self._redo_on_conflict(lambda: self._save_once(file, content, expect, redo=True))
+
+    def _save_handed(self, handoff: group.Handoff, proposal: group.Proposal, posted: list[bool]) -> SaveResult:
+        file, content, expect = proposal.file, proposal.content, proposal.expect
+
+        def propose() -> str:
+            posted.append(True)  # before the request: a post whose answer is lost may still have landed
+            return handoff.post(proposal)
+
+        with self.locker.hold_or_answer(self.place.lock_name(), propose) as lease:  # type: ignore[attr-defined]
+            answer: group.Answer | None = None
+            if lease is None:
+                answer = handoff.answer_of(proposal)
+            elif posted and not handoff.withdraw(proposal):  # a holder took it: it answers before releasing
+                answer = handoff.answer_of(proposal)
+                if answer is None:  # ... unless it stopped: its commit is undone or done; redo it here
+                    return self._redo_on_conflict(lambda: self._save_once(file, content, expect, lease, redo=True))
+            if answer is None or (answer.status == group.ALONE and lease is not None):
+                if lease is None:  # answered but the answer is gone (expired): run alone, below
+                    answer = group.Answer(group.ALONE)
+                else:
+                    return self._redo_on_conflict(lambda: self._save_once(file, content, expect, lease,
+                                                                          handoff=handoff))
+        if answer.status == group.OK and answer.entry is not None:
+            return SaveResult(file, answer.created, answer.entry)
+        if answer.status == group.UNKNOWN:
+            raise OutcomeUnknown(answer.message or "the memory store failed in the middle of this change; it may "
+                                 "or may not have taken effect")
+        return self._redo_on_conflict(lambda: self._save_once(file, content, expect))
+
+    def _save_once(self, file: str, content: str, expect: str | None, lease: Lease | None = None, *,
+                   handoff: group.Handoff | None = None, redo: bool = False) -> SaveResult:
+        """One save transaction (in ``lease`` when the caller holds the lock). As a Redis lock's
+        holder it takes waiting saves into the same commit (``handoff``). ``redo``: the save's
+        proposal was taken by a holder that stopped — a file already holding exactly this text is
+        reported saved without a write."""
+        with self._transaction((file,), lease) as txn:
+            entry = txn.manifest.entries.get(file)
+            ours = False
+            if redo:
+                current = txn.read(file)
+                ours = current is not None and current.data == content.encode("utf-8")
+                if ours and entry is not None:
+                    # created by that commit when its entry was made at that moment (created = updated)
+                    return SaveResult(file, entry.created_at == entry.updated_at, entry)
+            txn.write(file, content, expect=expect)
+            staged: list[group.Proposal] = []
+            if handoff is not None and isinstance(txn.lease, RedisLease):
+                try:
+                    staged, _ = group.stage(txn, handoff.take(), handoff)
+                except REDIS_ERRORS as exc:  # Redis trouble: commit alone; the proposers redo theirs
+                    log.info("group commit on %s skipped (%s)", self.place.label, exc)
+            if staged and handoff is not None:
+                try:
+                    out = txn.commit()
+                except (MemoryFormatError, PreconditionFailed) as exc:  # maybe caused by a proposal: alone
+                    group.answer_failed(handoff, staged, exc)
+                    log.info("group commit on %s failed (%s); committing alone", self.place.label, exc)
+                    return self._save_once(file, content, expect, txn.lease)
+                except BaseException as exc:
+                    group.answer_failed(handoff, staged, exc)
+                    raise
+                group.answer_committed(handoff, staged, {r.file: r for r in out.saved})
+        result = _committed(txn).saved[0]
+        # our text already there without its entry: the taken proposal's commit is still landing
+        # (Redis down, pods not excluding each other) — the file is new as far as this save goes
+        return dataclasses.replace(result, created=True) if ours and not result.created else result
 
     def save_memory(self, file: str, memory: MemoryFile) -> SaveResult:
         return self.save(file, memory.render())
@@ -301,12 +410,16 @@ class MemoryDir:
         from ..search.place import rebuild as rebuild_search
 
         skipped: list[tuple[str, str]] = []
-        with self.transaction() as txn:
+        with self._transaction(repair=True) as txn:
             old = txn.manifest
             fresh: dict[str, ManifestEntry] = {}
             memories: dict[str, MemoryFile] = {}
+            bases: list[str] = []
             for info in self.store.list(self.place.prefix):
                 rel = self.place.filename_of(info.key)
+                if stored.is_base_name(rel):
+                    bases.append(rel)
+                    continue
                 if rel == INDEX_FILE or any(p.startswith(".") for p in rel.split("/")):
                     continue  # the index, the manifest, state and intent records
                 try:
@@ -334,50 +447,132 @@ class MemoryDir:
                     name, memory, len(obj.data), created_at=prior.created_at if prior else info.last_modified,
                     now=info.last_modified)
             txn.mutate(lambda m: (m.entries.clear(), m.entries.update(fresh)))
+            txn.compact()
             manifest = txn.commit().manifest
             rebuild_search(self, manifest, memories)  # still under the place lock
+            keep = {stored.base_name(g) for g in (manifest.base, manifest.prev_base) if g}
+            for name in bases:  # left by commits that failed after writing their base
+                if name not in keep:
+                    self._drop_base(name[len(".manifest."):-len(".json")])
         self.last_skipped = skipped
         return manifest
 
     # -- internals ------------------------------------------------------------------------
     def commit_manifest(self, mutate: Callable[[Manifest], object],
-                        start: tuple[Manifest, str | None] | None = None, lease: Lease = LOCAL_LEASE) -> Manifest:
-        """Read-modify-write the manifest (conditional PUT), then re-render MEMORY.md.
+                        start: tuple[Manifest, str | None] | None = None, lease: Lease = LOCAL_LEASE, *,
+                        compact: bool = False,
+                        alongside: Callable[[Manifest], Callable[[], None]] | None = None,
+                        changes: tuple[list[str], list[str]] | None = None) -> Manifest:
+        """Read-modify-write the manifest's head (conditional PUT; ``stored.py``), then re-render
+        MEMORY.md (its unchanged lines come from the pod's render of the base).
 
         Only ``PlaceTxn.commit`` calls this (it holds the place lock). ``start`` is the manifest
         (and its etag) read under that lock, saving one GET; on a conflict (another pod writing
         while locks are degraded, Redis down) it is read again and retried with jittered back-off
         for up to ``lock_wait_seconds``, so an outage slows saves instead of failing them.
+        The head carries only the entries changed since the place's base — ``changes`` (files
+        written, files removed) when the caller knows them, else found by identity (entries are
+        replaced, never changed in place) — so a save PUTs O(changed) bytes.
+        ``alongside`` starts work that needs the planned manifest (the search index's delta) while
+        the head is PUT, and returns how to wait for it; it is waited for whatever the PUT did.
         """
         deadline = time.monotonic() + self.limits.lock_wait_seconds
         pause = 0.01
         attempt = 0
+        prefix = self.place.prefix
         while True:
             attempt += 1
             manifest, etag = start if start is not None else self.load_manifest()
             start = None
-            mutate(manifest)
+            if changes is not None:  # the caller knows what it changes: O(changed)
+                written, removed = changes
+                gone = [f for f in removed if f in manifest.entries]
+                mutate(manifest)
+                entries = manifest.entries
+                manifest.note_changes({f: entries[f] for f in written if f in entries},
+                                      [f for f in gone if f not in entries])
+            else:  # opaque changes: found by identity (entries are replaced, never changed in place)
+                before = dict(manifest.entries)
+                mutate(manifest)
+                entries = manifest.entries
+                manifest.note_changes({f: e for f, e in entries.items() if before.get(f) is not e},
+                                      [f for f in before if f not in entries])
             manifest.updated_at = time.time()
-            payload = manifest.to_bytes()
+            plan = stored.plan(manifest, compact=compact)
             lease.check()
+            if plan.base is not None:  # a new key nothing reads until the head names it
+                self.store.put(prefix + stored.base_name(plan.base[0]), plan.base[1], content_type=stored.JSON)
+            join = alongside(manifest) if alongside is not None else None
+            index_put = self._put_index(manifest, wait=False)
+            landed = False
             try:
                 if etag is None:
-                    self.store.put_if_absent(self.manifest_key, payload, content_type="application/json")
+                    self.store.put_if_absent(self.manifest_key, plan.head, content_type=stored.JSON)
                 else:
-                    self.store.put_if_match(self.manifest_key, payload, etag, content_type="application/json")
+                    self.store.put_if_match(self.manifest_key, plan.head, etag, content_type=stored.JSON)
+                landed = True
                 break
             except PreconditionFailed:  # someone wrote between our read and write: read again
+                if plan.base is not None:
+                    self._drop_base(plan.base[0])
                 if attempt >= COMMIT_ATTEMPTS and time.monotonic() + pause > deadline:
                     raise StorageError(f"the index of {self.place.label} kept changing under us for "
                                        f"{self.limits.lock_wait_seconds:g}s; try again") from None
                 time.sleep(pause * (0.5 + random.random()))
                 pause = min(pause * 2, 0.5)
+            finally:
+                if join is not None:
+                    join()
+                if index_put is not None:
+                    index_put()
+                    failure = sys.exc_info()[1]
+                    if not landed and failure is not None and not isinstance(failure, StorageUnavailable):
+                        self.refresh_index()  # MEMORY.md went out beside a head that did not: back to the stored one
+        if plan.base is not None:
+            stored.adopt(self.store, prefix, manifest)
+        if plan.retired is not None:
+            self._drop_base(plan.retired)
+        if index_put is None:
+            self._put_index(manifest, wait=True)
+        return manifest
+
+    def _put_index(self, manifest: Manifest, *, wait: bool) -> Callable[[], None] | None:
+        """PUT MEMORY.md rendered from ``manifest``: beside the head's PUT (``wait=False``, with an
+        executor; returns how to wait for it) or now. A failure is logged: the manifest is the
+        index of record and the next commit renders MEMORY.md again."""
+        if not wait and self.executor is None:
+            return None  # rendered and PUT after the head instead
+        data = render_index(manifest).encode("utf-8")
+
+        def put() -> None:
+            try:
+                self.store.put(self.index_key, data, content_type="text/markdown; charset=utf-8")
+            except StorageError as exc:
+                log.warning("MEMORY.md of %s not refreshed (%s); the manifest is current", self.place.label, exc)
+
+        if wait:
+            put()
+            return None
+        future = self.executor.submit(wrap_context(put))
+        return future.result
+
+    def refresh_index(self) -> None:
+        """Render MEMORY.md from the stored manifest (after a commit that failed once its MEMORY.md
+        was sent). Best effort: with the store down the next commit renders it."""
         try:
+            manifest, _ = self.load_manifest()
             self.store.put(self.index_key, render_index(manifest).encode("utf-8"),
                            content_type="text/markdown; charset=utf-8")
+        except Exception as exc:
+            log.warning("MEMORY.md of %s could not be put back (%s); the next change renders it", self.place.label,
+                        exc)
+
+    def _drop_base(self, gen: str) -> None:
+        """Remove a base no head names (best effort: ``reindex`` removes any left over)."""
+        try:
+            stored.remove_base(self.store, self.place.prefix, gen)
         except StorageError as exc:
-            log.warning("MEMORY.md of %s not refreshed (%s); the manifest is current", self.place.label, exc)
-        return manifest
+            log.info("old manifest base %s of %s not removed (%s)", gen, self.place.label, exc)
 
 
 def _committed(txn: PlaceTxn) -> TxnResult:

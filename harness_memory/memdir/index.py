@@ -1,25 +1,35 @@
-"""MEMORY.md and the machine-readable manifest beside it.
+"""MEMORY.md and the machine-readable manifest beside it (the in-memory form).
 
-Why a manifest: building an agent must read few objects (DESIGN.md). The manifest
-(``.manifest.json``) holds one entry per memory file (name, description, type, size, times and
-a few frontmatter extras such as confidence), so the prompt, recall and auto-memory injection
-need one GET per place, never one per file. MEMORY.md is rendered from the manifest on every
-write: the human-readable view, and the fallback when a place has no manifest (a snapshot
-copied by hand, an older tree).
+Why a manifest: building an agent must read few objects (DESIGN.md). The manifest holds one
+entry per memory file (name, description, type, size, times and a few frontmatter extras such as
+confidence), so the prompt, recall and auto-memory injection need one GET per place, never one per
+file. How it is stored — a small head (``.manifest.json``) that is the commit point, plus an
+immutable base for large places, so a save costs O(changed entries) — is ``stored.py``.
+MEMORY.md is rendered from the manifest: the human-readable view, and the fallback when a place
+has no manifest (a snapshot copied by hand, an older tree).
+
+Entries are shared between manifests (a pod caches a large place's base and hands every load a
+shallow copy of it), so code changes a manifest by putting new ``ManifestEntry`` objects in
+``entries``, never by assigning to an entry's fields.
 """
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import json
 import re
+import threading
 import time
+from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import MemoryFormatError
 from .model import MemoryFile, MemoryType, clean_line
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
 # Frontmatter keys copied into the manifest so readers need not open the file.
 MANIFEST_EXTRA_KEYS = ("confidence", "category", "source", "source_error", "created", "updated", "tags",
                        "confirmed", "confirmations", "expires")
@@ -73,11 +83,66 @@ class Manifest:
     #: Id of the last commit that wrote files: the commit point of its intent record
     #: (``intent.py``). Not in ``meta``, so exports and imports never carry it.
     txn: str = ""
+    #: The stored form this manifest was loaded from (``stored.py``): the base generation it
+    #: stands on (None: all entries inline in the head), the base's files in order, and the
+    #: changes since that base (file -> entry, None when removed) that the head carries.
+    base: str | None = field(default=None, repr=False)
+    base_files: list[str] | None = field(default=None, repr=False)
+    base_set: frozenset[str] | None = field(default=None, repr=False)
+    delta: dict[str, ManifestEntry | None] = field(default_factory=dict, repr=False)
+    #: The base before ``base`` (kept for readers still on it; removed at the next compaction).
+    prev_base: str | None = field(default=None, repr=False)
+
+    def sorted_files(self) -> Iterator[str]:
+        """File names in order, lazily: the base's stored order merged with the names the changes
+        added when the manifest stands on a base (O(changes) to start, so a capped render of a
+        10,000-entry place touches ~200 names), else a sort. Falls back to the sort when the
+        entries no longer add up to base + changes (changed without ``note_changes``)."""
+        entries = self.entries
+        base_files, base_set = self.base_files, self.base_set
+        if base_files is None or base_set is None:
+            return iter(sorted(entries))
+        added = sorted(f for f, e in self.delta.items() if e is not None and f not in base_set)
+        if not self._adds_up() or any(f not in entries for f in added):
+            return iter(sorted(entries))
+        return heapq.merge((f for f in base_files if f in entries), added)
+
+    def first_under(self, folder: str, skip: set[str] | frozenset[str] = frozenset()) -> str | None:
+        """An entry (not in ``skip``) whose name starts with ``folder`` (``"x.md/"``), or None:
+        a binary search in the base's order plus the changes when standing on a base."""
+        entries = self.entries
+        files = self.base_files
+        if files is None or not self._adds_up():
+            return next((n for n in entries if n.startswith(folder) and n not in skip), None)
+        i = bisect.bisect_left(files, folder)
+        while i < len(files) and files[i].startswith(folder):
+            if files[i] in entries and files[i] not in skip:
+                return files[i]
+            i += 1
+        return next((f for f, e in self.delta.items()
+                     if e is not None and f.startswith(folder) and f in entries and f not in skip), None)
+
+    def _adds_up(self) -> bool:
+        """The entries are the base plus the noted changes (else the base's order says nothing)."""
+        base_set = self.base_set
+        if base_set is None or self.base_files is None:
+            return False
+        added = sum(1 for f, e in self.delta.items() if e is not None and f not in base_set)
+        gone = sum(1 for f in self.delta if f in base_set and f not in self.entries)
+        return len(self.base_files) - gone + added == len(self.entries)
+
+    def note_changes(self, changed: dict[str, ManifestEntry], removed: list[str]) -> None:
+        """Record entries put or removed since the base (what the next head must carry)."""
+        self.delta.update(changed)
+        for file in removed:
+            self.delta[file] = None
 
     def sorted_entries(self) -> list[ManifestEntry]:
-        return [self.entries[k] for k in sorted(self.entries)]
+        entries = self.entries
+        return [entries[k] for k in self.sorted_files()]
 
     def to_bytes(self) -> bytes:
+        """Every entry in one JSON object (the inline head; also a portable full copy)."""
         payload = {
             "version": MANIFEST_VERSION,
             "updated_at": self.updated_at,
@@ -89,22 +154,21 @@ class Manifest:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Manifest:
-        try:
-            payload = json.loads(data.decode("utf-8"))
-            entries = {}
-            for raw in payload.get("entries", []):
-                # Positional, not ``**{k: raw[k] for k in __slots__}``: ~30% faster on a 1,000-entry
-                # manifest, which every agent build parses. Missing required keys still raise KeyError.
-                entry = ManifestEntry(raw["file"], raw["name"], raw["description"], raw["type"],
-                                      raw.get("size", 0), raw.get("created_at", 0.0), raw.get("updated_at", 0.0),
-                                      raw.get("extra", {}))
-                entries[entry.file] = entry
-            meta = payload.get("meta") or {}
-            return cls(entries=entries, updated_at=float(payload.get("updated_at", 0.0)),
-                       meta=meta if isinstance(meta, dict) else {}, txn=str(payload.get("txn") or ""))
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise MemoryFormatError(f"the memory manifest is damaged ({exc}); run `harness-memory reindex`")\
-                from None
+        """A manifest whose entries are all in ``data`` (version 1, or an inline version-2 head).
+        A head that stands on a base is read with ``stored.load``; here it is refused."""
+        from .stored import parse_head
+
+        head = parse_head(data)
+        if head.base is not None:
+            raise MemoryFormatError("this manifest keeps its entries in a base object; load it with its place")
+        return head.manifest
+
+
+def entry_from_dict(raw: dict[str, Any]) -> ManifestEntry:
+    """One entry of the inline (dict) form. Positional, not ``**{k: raw[k] for k in __slots__}``:
+    ~30% faster on a 1,000-entry manifest. Missing required keys still raise KeyError."""
+    return ManifestEntry(raw["file"], raw["name"], raw["description"], raw["type"], raw.get("size", 0),
+                         raw.get("created_at", 0.0), raw.get("updated_at", 0.0), raw.get("extra", {}))
 
 
 def _bounded_extra(front: dict[str, Any]) -> dict[str, Any]:
@@ -130,11 +194,70 @@ def index_line(entry: ManifestEntry) -> str:
     return f"- [{name}]({target}) — {clean_line(entry.description)}"
 
 
+def index_lines(manifest: Manifest, title: str = "Memory index") -> Iterator[str]:
+    """The MEMORY.md lines, lazily (a capped render stops after a few hundred). The lines of a
+    base's unchanged entries are rendered once per pod (``_base_lines``), so re-rendering a
+    large place's MEMORY.md on every commit costs a join, not 10,000 renders."""
+    yield f"# {title}"
+    yield ""
+    entries = manifest.entries
+    files = manifest.sorted_files()
+    lines = _base_lines(manifest)
+    if lines is None:
+        for file in files:
+            yield index_line(entries[file])
+        return
+    delta = manifest.delta
+    for file in files:
+        line = lines.get(file) if file not in delta else None
+        yield line if line is not None else index_line(entries[file])
+
+
+_LINES_CACHE = 16
+_lines: OrderedDict[int, tuple[list[str], dict[str, str]]] = OrderedDict()
+_lines_lock = threading.Lock()
+
+
+def _base_lines(manifest: Manifest) -> dict[str, str] | None:
+    """file -> index line for the base ``manifest`` stands on (None when inline). Keyed by the
+    base's shared file list, which lives as long as the pod keeps the base."""
+    files = manifest.base_files
+    if files is None or len(files) < 256:
+        return None
+    with _lines_lock:
+        hit = _lines.get(id(files))
+        if hit is not None and hit[0] is files:
+            _lines.move_to_end(id(files))
+            return hit[1]
+    entries = manifest.entries
+    delta = manifest.delta
+    # only entries unchanged since the base are the base's own: the others are rendered per call
+    rendered = {f: index_line(entries[f]) for f in files if f in entries and f not in delta}
+    with _lines_lock:
+        _lines[id(files)] = (files, rendered)
+        while len(_lines) > _LINES_CACHE:
+            _lines.popitem(last=False)
+    return rendered
+
+
 def render_index(manifest: Manifest, title: str = "Memory index") -> str:
-    """The MEMORY.md text: one line per memory, in file-name order."""
-    lines = [f"# {title}", ""]
-    lines += [index_line(e) for e in manifest.sorted_entries()]
-    return "\n".join(lines) + "\n"
+    """The MEMORY.md text: one line per memory, in file-name order. (A whole render sorts the
+    names in C — the entries of a loaded manifest iterate in the base's order, so that is two
+    runs merged — and takes the base's unchanged lines from the pod's render of it.)"""
+    entries = manifest.entries
+    files = sorted(entries)
+    lines = _base_lines(manifest)
+    if lines is None:
+        body = [index_line(entries[f]) for f in files]
+    else:
+        delta = manifest.delta
+        body = [(lines.get(f) if f not in delta else None) or index_line(entries[f]) for f in files]
+    return "\n".join([f"# {title}", "", *body]) + "\n"
+
+
+def capped_index(manifest: Manifest, max_lines: int = 200, max_bytes: int = 25_600) -> CappedText:
+    """``cap_index(render_index(manifest))`` without rendering the lines past the cap."""
+    return _cap(index_lines(manifest), len(manifest.entries) + 2, max_lines, max_bytes)
 
 
 def parse_index(text: str) -> list[tuple[str, str, str]]:
@@ -160,7 +283,10 @@ def cap_index(text: str, max_lines: int = 200, max_bytes: int = 25_600) -> Cappe
     The cut happens at a line boundary, so the model never sees half an entry.
     """
     lines = text.splitlines()
-    total = len(lines)
+    return _cap(iter(lines), len(lines), max_lines, max_bytes)
+
+
+def _cap(lines: Iterator[str], total: int, max_lines: int, max_bytes: int) -> CappedText:
     kept: list[str] = []
     size = 0
     truncated = False

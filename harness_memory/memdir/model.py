@@ -167,8 +167,11 @@ def load_frontmatter(text: str) -> Any:
 def clean_line(text: str) -> str:
     """One line of plain text: control and format characters (ESC, bidi overrides, zero-width
     spaces) removed, whitespace runs folded — what may reach MEMORY.md and the prompt."""
+    text = str(text)
+    if text.isprintable():  # no Cc/Cf/Cs/Co character (the common case): only fold whitespace
+        return " ".join(text.split())
     kept = "".join(ch if ch in _KEEP_FORMAT or unicodedata.category(ch) not in ("Cc", "Cf", "Cs", "Co")
-                   else " " if ch.isspace() else "" for ch in str(text))
+                   else " " if ch.isspace() else "" for ch in text)
     return " ".join(kept.split())
 
 

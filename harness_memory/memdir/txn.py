@@ -36,7 +36,7 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -114,6 +114,8 @@ class PlaceTxn:
         self.dir = memdir
         self.manifest = manifest
         self.etag = etag
+        #: The version of the manifest this transaction started from (the commit changes ``manifest``).
+        self._started_version = manifest.updated_at
         #: The place lock's lease, checked before every write.
         self.lease = lease
         self.txid = secrets.token_hex(8)
@@ -127,6 +129,9 @@ class PlaceTxn:
         self._state: dict[str, bytes] = {}
         self._state_deletes: set[str] = set()
         self._clear_entries = False
+        self._compact = False
+        #: A commit was tried and failed (rolled back): the transaction is over.
+        self.aborted = False
         self.committed: TxnResult | None = None
 
     # -- reading ---------------------------------------------------------------------------
@@ -170,6 +175,12 @@ class PlaceTxn:
         if file in self._deletes:
             self._deletes.remove(file)
 
+    def has_read(self, file: str) -> bool:
+        return file in self._reads
+
+    def has_write(self, file: str) -> bool:
+        return file in self._writes
+
     def delete(self, file: str) -> None:
         """Stage the removal of a memory file (its entry leaves the manifest; the object goes after)."""
         file = validate_filename(file)
@@ -188,8 +199,14 @@ class PlaceTxn:
         """The commit starts from an empty entry list (replace-style imports and snapshots)."""
         self._clear_entries = True
 
+    def compact(self) -> None:
+        """Rewrite the manifest whole in this commit (a new base for a large place, MEMORY.md
+        re-rendered): ``reindex``."""
+        self._compact = True
+
     def mutate(self, fn: Callable[[Manifest], object]) -> None:
-        """Stage a manifest change (meta, created times) applied in the same commit."""
+        """Stage a manifest change (meta, created times) applied in the same commit. Replace
+        entries (``dataclasses.replace``), never assign to an entry's fields: entries are shared."""
         self._mutations.append(fn)
 
     def put_state(self, name: str, data: bytes) -> None:
@@ -209,13 +226,22 @@ class PlaceTxn:
     @property
     def staged(self) -> bool:
         return bool(self._writes or self._deletes or self._mutations or self._state or self._state_deletes
-                    or self._clear_entries)
+                    or self._clear_entries or self._compact)
 
     # -- commit ----------------------------------------------------------------------------
     def commit(self) -> TxnResult:
         """Apply everything staged (see the module docstring). Idempotent per transaction."""
         if self.committed is not None:
             return self.committed
+        if self.aborted:
+            raise WriteConflict("this transaction failed already; start a new one")
+        try:
+            return self._commit()
+        except BaseException:
+            self.aborted = True
+            raise
+
+    def _commit(self) -> TxnResult:
         d = self.dir
         writes = list(self._writes.values())
         self.prefetch([w.file for w in writes])
@@ -234,15 +260,35 @@ class PlaceTxn:
             self._write_intent(writes)
         try:
             self._put_files(writes, written)
-            manifest = d.commit_manifest(mutate, start=(self.manifest, self.etag), lease=self.lease)
+            manifest = d.commit_manifest(mutate, start=(self.manifest, self.etag), lease=self.lease,
+                                         compact=self._compact, alongside=self._search_alongside(writes),
+                                         changes=None if self._mutations or self._clear_entries
+                                         else ([w.file for w in writes], list(self._deletes)))
         except BaseException as exc:
             manifest = self._recover(exc, written, bool(writes))
         out = TxnResult(saved=results, manifest=manifest)
-        from ..search.place import after_commit  # SEARCH INDEX: the one call; in step with the manifest, never raises
-        after_commit(d, manifest, {w.file: w.memory for w in writes}, self._deletes, self._clear_entries)
         self._finish(out)
         self.committed = out
         return out
+
+    def _search_alongside(self, writes: list[_Write]) -> Callable[[Manifest], Callable[[], None]]:
+        """SEARCH INDEX: the one call, made with the manifest the head PUT is about to commit and
+        run while it is PUT (``after_commit`` never raises; its documents carry the entries'
+        versions, so a delta written for a commit that then failed is never taken as current)."""
+        from ..search.place import after_commit
+
+        written = {w.file: w.memory for w in writes}
+        deletes, cleared, pool = list(self._deletes), self._clear_entries, self.dir.executor
+        first = [self._started_version]
+
+        def start(manifest: Manifest) -> Callable[[], None]:
+            since = first.pop() if first else None  # a retried commit re-read the manifest: no shortcut
+            if pool is None:
+                return lambda: after_commit(self.dir, manifest, written, deletes, cleared, since)
+            future = pool.submit(wrap_context(after_commit), self.dir, manifest, written, deletes, cleared, since)
+            return future.result
+
+        return start
 
     def _write_intent(self, writes: list[_Write]) -> None:
         """The write-ahead record (``intent.py``); if it fails nothing has changed yet."""
@@ -289,14 +335,19 @@ class PlaceTxn:
                 raise PreconditionFailed(f"{w.file} already exists")
             if w.expect not in (None, ABSENT) and (previous is None or previous.etag != str(w.expect).strip('"')):
                 raise PreconditionFailed(f"{w.file} changed since it was read (or was deleted); read it again")
-        kept = set() if self._clear_entries else set(self.manifest.entries) - set(self._deletes)
-        _check_file_vs_folder(kept, [w.file for w in writes])
-        total = len(kept | {w.file for w in writes})
+        entries = {} if self._clear_entries else self.manifest.entries
+        deletes = set(self._deletes)
+        new_names = [w.file for w in writes]
+        _check_file_vs_folder(self.manifest, entries, deletes, new_names)
+        staged = set(new_names)
+        total = len(entries) - sum(1 for f in deletes if f in entries and f not in staged) \
+            + sum(1 for f in staged if f not in entries)
         new = [w.file for w in writes if w.file not in self.manifest.entries and self._reads.get(w.file) is None]
         limit = self.dir.limits.max_files_per_place
         if new and total > limit:
-            if len(kept) >= limit:
-                raise MemoryFormatError(f"this memory directory already holds {len(kept)} files (the limit); "
+            kept = total - len([f for f in staged if f not in entries])
+            if kept >= limit:
+                raise MemoryFormatError(f"this memory directory already holds {kept} files (the limit); "
                                         "delete or merge old memories first")
             raise MemoryFormatError(f"this batch would bring the place to {total} files; the limit is {limit}")
 
@@ -415,19 +466,28 @@ class PlaceTxn:
                 out.state_failures.append(name)
 
 
-def _check_file_vs_folder(kept: set[str], new: list[str]) -> None:
+def _check_file_vs_folder(manifest: Manifest, entries: Mapping[str, object], deletes: set[str],
+                          new: list[str]) -> None:
     """``x.md`` and ``x.md/child.md`` cannot both exist: a local directory cannot hold them (a
-    file is not a folder) and COS could, so both backends refuse it the same way, up front."""
-    names = kept | set(new)
+    file is not a folder) and COS could, so both backends refuse it the same way, up front.
+    O(names written × depth) plus a sorted lookup per name (``Manifest.first_under``), so a save
+    into a 10,000-memory place does not walk every name."""
+    staged = set(new)
+
+    def exists(name: str) -> bool:
+        return name in staged or (name in entries and name not in deletes)
+
     for file in new:
         parts = file.split("/")
         for i in range(1, len(parts)):
             parent = "/".join(parts[:i])
-            if parent in names:
+            if exists(parent):
                 raise MemoryFormatError(f"{file} would put a file inside {parent}, which is a memory file; "
                                         "choose another name")
         folder = file + "/"
-        clash = next((n for n in names if n.startswith(folder)), None)
+        clash = next((n for n in staged if n.startswith(folder)), None)
+        if clash is None and entries:
+            clash = manifest.first_under(folder, skip=deletes)
         if clash is not None:
             raise MemoryFormatError(f"{file} is a folder holding {clash}; choose another name")
 

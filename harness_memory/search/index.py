@@ -122,8 +122,15 @@ def doc_from_entry(entry: ManifestEntry) -> Doc:
 class SearchIndex:
     """Documents of one place; serialisable, and searchable once ``postings`` are built."""
 
-    def __init__(self, docs: Mapping[str, Doc] | None = None) -> None:
+    def __init__(self, docs: Mapping[str, Doc] | None = None, *, gen: str = "", base: str = "",
+                 removed: Iterable[str] = ()) -> None:
         self.docs: dict[str, Doc] = dict(docs or {})
+        #: A delta's removed documents (of memories deleted since its base).
+        self.removed = sorted(removed)
+        #: Stored form (``search/place.py``): a whole index carries its generation ``gen``; a delta
+        #: (the documents changed since) names the generation it stands on in ``base``.
+        self.gen = gen
+        self.base = base
         self._post: _Postings | None = None
         self._lock = threading.Lock()
 
@@ -144,8 +151,10 @@ class SearchIndex:
     # -- bytes ------------------------------------------------------------------------------
     def to_bytes(self) -> bytes:
         docs = list(self.docs.values())
-        header = json.dumps([[d.file, d.stamp[0], d.stamp[1], d.length, d.snippet] for d in docs],
-                            ensure_ascii=False).encode("utf-8")
+        rows = [[d.file, d.stamp[0], d.stamp[1], d.length, d.snippet] for d in docs]
+        head: object = {"gen": self.gen, "base": self.base, "removed": self.removed, "rows": rows} \
+            if self.gen or self.base else rows
+        header = json.dumps(head, ensure_ascii=False).encode("utf-8")
         body = "\n".join(d.line for d in docs).encode("utf-8")  # each document's line is made once
         return zlib.compress(MAGIC + struct.pack("<I", len(header)) + header + body, 1)
 
@@ -162,13 +171,18 @@ class SearchIndex:
         (n_header,) = struct.unpack_from("<I", raw, pos)
         pos += 4
         rows = json.loads(raw[pos: pos + n_header].decode("utf-8"))
+        gen = base = ""
+        removed: list[str] = []
+        if isinstance(rows, dict):  # a generation-stamped index or delta (else the first format: rows only)
+            gen, base, removed = str(rows.get("gen") or ""), str(rows.get("base") or ""), rows.get("removed") or []
+            rows = rows["rows"]
         lines = raw[pos + n_header:].decode("utf-8").split("\n") if rows else []
         if len(lines) != len(rows):
             raise ValueError("not a search index (document count)")
         docs: dict[str, Doc] = {}
         for (file, size, updated, length, snippet), line in zip(rows, lines, strict=True):
             docs[file] = Doc(file, (int(size), float(updated)), int(length), snippet, None, line)
-        return cls(docs)
+        return cls(docs, gen=gen, base=base, removed=[str(f) for f in removed])
 
     # -- search (read path) -----------------------------------------------------------------
     def postings(self) -> _Postings:

@@ -1,15 +1,24 @@
 """The search index of one place: kept in step by the commit, loaded and cached by readers.
 
+Stored like the manifest (``memdir/stored.py``), so a save writes O(changed) bytes: the whole
+index (``.search-index.bin``, generation ``gen``) is written now and then, and a **delta**
+(``.search-delta.bin``: the documents written since, naming the generation it stands on) by
+every commit. Past ``DELTA_MAX_DOCS`` documents or ``DELTA_MAX_BYTES`` the commit writes the whole
+index under a new generation and an empty delta (compaction).
+
 Write side (``after_commit``): ``PlaceTxn.commit`` calls it once, under the place lock, after the
 manifest is committed. It starts from this pod's cached index when that matches the manifest the
-transaction started from (else one GET), replaces the documents the commit wrote or removed,
-fills in up to ``LAZY_FILL`` documents the index lacks (a place written before the index existed)
-by reading those files, and PUTs the object. A failure is logged, never raised: the memory change
-is committed and readers fall back (below). ``rebuild`` (from ``reindex``) writes it from scratch.
+transaction started from (else the delta and the whole index are read), replaces the documents
+the commit wrote or removed, fills in up to ``LAZY_FILL`` documents the index lacks (a place
+written before the index existed) by reading those files, and PUTs the delta (or compacts). A
+failure is logged, never raised: the memory change is committed and readers fall back (below).
+``rebuild`` (from ``reindex``) writes it from scratch.
 
-Read side (``load``): the index object for a manifest. The pod's cached copy answers when it holds
-every entry of the manifest at its current version (no request); otherwise the object is read
-(one GET) — at most once per manifest version, so a stale object is not fetched again and again.
+Read side (``load``): the index for a manifest. The pod's cached copy answers when it holds every
+entry of the manifest at its current version (no request); otherwise the delta is read (one GET;
+the whole index too when its generation is not the cached one) — at most once per manifest
+version, so a stale object is not fetched again and again. Where a delta and a whole index both
+hold a document, the one stamped with the later ``updated_at`` wins.
 Entries the index lacks or holds at an older version are searched by their manifest line only
 (``view``), so the ranking is never wrong about what exists, only blunter for those memories.
 """
@@ -17,6 +26,7 @@ Entries the index lacks or holds at an older version are searched by their manif
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import weakref
 from collections import OrderedDict
@@ -27,7 +37,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import HarnessMemoryError, MemoryFormatError
-from ..layout import SEARCH_INDEX_FILE
+from ..layout import SEARCH_DELTA_FILE, SEARCH_INDEX_FILE
+from ..observe import wrap_context
 from .index import Doc, Part, SearchIndex, doc_from_entry, entry_tags, make_doc, stamp_of
 
 if TYPE_CHECKING:
@@ -37,14 +48,19 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LAZY_FILL = 64  # missing documents read and indexed per commit (bounded: a commit stays quick)
+#: A delta holding more documents (or bytes) than this is folded into a new whole index.
+DELTA_MAX_DOCS = 128
+DELTA_MAX_BYTES = 256 * 1024
 CACHE_PLACES = 256
 CONTENT_TYPE = "application/octet-stream"
 
 
 @dataclass(slots=True)
 class _Cached:
-    index: SearchIndex
+    index: SearchIndex  # the whole index with the delta applied: what is searched
     checked_version: float  # the manifest updated_at last checked against the store
+    base: SearchIndex | None = None  # the stored whole index (its ``gen``)
+    delta: dict[str, Doc | None] | None = None  # the stored delta's documents (None: removed)
 
 
 _cache: OrderedDict[tuple[int, str], _Cached] = OrderedDict()
@@ -64,9 +80,10 @@ def _get_cached(memdir: MemoryDir) -> _Cached | None:
         return hit
 
 
-def _put_cached(memdir: MemoryDir, index: SearchIndex, version: float) -> None:
+def _put_cached(memdir: MemoryDir, index: SearchIndex, version: float, base: SearchIndex | None = None,
+                delta: dict[str, Doc | None] | None = None) -> None:
     with _lock:
-        _cache[_key(memdir)] = _Cached(index, version)
+        _cache[_key(memdir)] = _Cached(index, version, base, delta)
         _cache.move_to_end(_key(memdir))
         while len(_cache) > CACHE_PLACES:
             _cache.popitem(last=False)
@@ -98,8 +115,12 @@ def index_key(memdir: MemoryDir) -> str:
     return memdir.place.reserved_key(SEARCH_INDEX_FILE)
 
 
-def _read(memdir: MemoryDir) -> SearchIndex | None:
-    obj = memdir.store.get_or_none(index_key(memdir))
+def delta_key(memdir: MemoryDir) -> str:
+    return memdir.place.reserved_key(SEARCH_DELTA_FILE)
+
+
+def _read_object(memdir: MemoryDir, key: str) -> SearchIndex | None:
+    obj = memdir.store.get_or_none(key)
     if obj is None:
         return None
     try:
@@ -108,6 +129,46 @@ def _read(memdir: MemoryDir) -> SearchIndex | None:
         log.warning("search index of %s unreadable (%s); it is rebuilt as memories are written", memdir.place.label,
                     exc)
         return None
+
+
+def _newer(base: Mapping[str, Doc], delta: Mapping[str, Doc | None]) -> list[Doc]:
+    """The delta's documents that are not older than the whole index's copy."""
+    out = []
+    for file, doc in delta.items():
+        held = base.get(file)
+        if doc is not None and (held is None or doc.stamp[1] >= held.stamp[1]):
+            out.append(doc)
+    return out
+
+
+def _read_stored(memdir: MemoryDir, hit: _Cached | None
+                 ) -> tuple[SearchIndex, SearchIndex, dict[str, Doc | None]]:
+    """(searchable index, whole index, delta documents) as stored; the whole index is reused
+    from ``hit`` when the delta stands on the generation the pod holds."""
+    held = hit.base if hit is not None and hit.base is not None and hit.base.gen else None
+    pool = memdir.executor
+    whole_future = None
+    if held is None and pool is not None:  # cold: both objects are needed, read them together
+        whole_future = pool.submit(wrap_context(_read_object), memdir, index_key(memdir))
+    stored = _read_object(memdir, delta_key(memdir))
+    base = held if held is not None and stored is not None and stored.base == held.gen else None
+    if whole_future is not None:
+        base = whole_future.result() or SearchIndex()
+    elif base is None:
+        base = _read_object(memdir, index_key(memdir)) or SearchIndex()
+    if stored is None or stored.base != base.gen:
+        # no delta, or one standing on another whole index: still use its later documents
+        delta: dict[str, Doc | None] = {}
+        extra = _newer(base.docs, stored.docs) if stored is not None else []
+        return (base.updated(add=extra) if extra else base), base, delta
+    delta = {**stored.docs, **{f: None for f in stored.removed}}
+    merged = base.updated(remove=stored.removed, add=_newer(base.docs, stored.docs)) if delta else base
+    return merged, base, delta
+
+
+def stored_index(memdir: MemoryDir) -> SearchIndex:
+    """The index as stored (whole index + delta, read now; no cache): tools and tests."""
+    return _read_stored(memdir, None)[0]
 
 
 def covers(index: SearchIndex, manifest: Manifest, skip: Iterable[str] = ()) -> bool:
@@ -129,11 +190,11 @@ def load(memdir: MemoryDir, manifest: Manifest) -> SearchIndex:
     if hit is not None and (hit.checked_version == manifest.updated_at or covers(hit.index, manifest)):
         return hit.index
     try:
-        index = _read(memdir) or SearchIndex()
+        index, base, delta = _read_stored(memdir, hit)
     except HarnessMemoryError as exc:  # the store failed: search the manifest lines, try again next time
         log.warning("search index of %s not readable now (%s); ranking by the index lines", memdir.place.label, exc)
         return hit.index if hit is not None else SearchIndex()
-    _put_cached(memdir, index, manifest.updated_at)
+    _put_cached(memdir, index, manifest.updated_at, base, delta)
     return index
 
 
@@ -249,34 +310,61 @@ def _lazy_fill(memdir: MemoryDir, index: SearchIndex, manifest: Manifest, skip: 
     return [d for d in found if d is not None]
 
 
-def _write(memdir: MemoryDir, index: SearchIndex, manifest: Manifest) -> None:
-    memdir.store.put(index_key(memdir), index.to_bytes(), content_type=CONTENT_TYPE)
-    _put_cached(memdir, index, manifest.updated_at)
+def _write(memdir: MemoryDir, index: SearchIndex, manifest: Manifest, base: SearchIndex | None = None,
+           delta: dict[str, Doc | None] | None = None) -> None:
+    """Store ``index`` (the searchable whole): as a delta over ``base`` while ``delta`` stays
+    small, else as a new whole index and an empty delta (whole index first: a reader that sees
+    the old delta with the new index still prefers the later stamps)."""
+    store = memdir.store
+    if base is not None and delta is not None and base.gen and len(delta) <= DELTA_MAX_DOCS:
+        data = SearchIndex({f: d for f, d in delta.items() if d is not None}, base=base.gen,
+                           removed=[f for f, d in delta.items() if d is None]).to_bytes()
+        if len(data) <= DELTA_MAX_BYTES:
+            store.put(delta_key(memdir), data, content_type=CONTENT_TYPE)
+            _put_cached(memdir, index, manifest.updated_at, base, delta)
+            return
+    whole = SearchIndex(index.docs, gen=secrets.token_hex(8))
+    store.put(index_key(memdir), whole.to_bytes(), content_type=CONTENT_TYPE)
+    store.put(delta_key(memdir), SearchIndex(base=whole.gen).to_bytes(), content_type=CONTENT_TYPE)
+    _put_cached(memdir, whole, manifest.updated_at, whole, {})
 
 
 def after_commit(memdir: MemoryDir, manifest: Manifest, written: Mapping[str, MemoryFile],
-                 removed: Iterable[str], cleared: bool) -> None:
+                 removed: Iterable[str], cleared: bool, since: float | None = None) -> None:
     """Bring the place's index in step with a commit (called by ``PlaceTxn.commit``; never raises).
 
     ``manifest`` is the one the commit wrote, ``written`` the memory files it wrote, ``removed``
-    the files it deleted, ``cleared`` whether it started from an empty entry list. A commit that
-    changed no file leaves the index alone. The pod's cached index is the base when it holds
-    every other entry at its version (no GET), else the stored object is.
+    the files it deleted, ``cleared`` whether it started from an empty entry list, ``since`` the
+    version (``updated_at``) of the manifest the transaction started from. A commit that changed
+    no file leaves the index alone. The pod's cached index is the start when it was current for
+    ``since`` (no request, no walk over the entries: a save stays O(changed)) or holds every other
+    entry at its version, else the stored objects are.
     """
     if not written and not removed and not cleared:
         return
     try:
         hit = _get_cached(memdir)
-        fresh = hit is not None and covers(hit.index, manifest, written)
-        base = hit.index if hit is not None and fresh else (_read(memdir) or SearchIndex())
+        if hit is not None and hit.base is not None and hit.delta is not None \
+                and ((since is not None and hit.checked_version == since) or covers(hit.index, manifest, written)):
+            start, base, delta = hit.index, hit.base, hit.delta
+        else:
+            start, base, delta = _read_stored(memdir, hit)
         added = [_memory_doc(f, stamp_of(manifest.entries[f]), m) for f, m in written.items()
                  if f in manifest.entries]
-        index = base.updated(remove=list(removed), add=added, clear=cleared)
-        gone = [f for f in index.docs if f not in manifest.entries]
-        fill = _lazy_fill(memdir, index, manifest, set(written))
-        if gone or fill:
-            index = index.updated(remove=gone, add=fill)
-        _write(memdir, index, manifest)
+        index = start.updated(remove=list(removed), add=added, clear=cleared)
+        compacting = cleared or len(delta) + len(added) > DELTA_MAX_DOCS or not base.gen
+        fill = []
+        if compacting or len(index.docs) < len(manifest.entries):  # some entry may lack its document
+            fill = _lazy_fill(memdir, index, manifest, set(written))
+            if fill:
+                index = index.updated(add=fill)
+        if compacting or len(index.docs) > len(manifest.entries) + DELTA_MAX_DOCS:
+            # documents of memories removed elsewhere pile up in the whole index: fold them away now
+            index = index.updated(remove=[f for f in index.docs if f not in manifest.entries])
+            _write(memdir, index, manifest)
+        else:
+            _write(memdir, index, manifest, base,
+                   {**delta, **dict.fromkeys(removed), **{d.file: d for d in (*added, *fill)}})
     except Exception as exc:  # the memory change is committed: an index failure must not undo or fail it
         log.warning("search index of %s not updated (%s: %s); recall searches the changed memories by their "
                     "index line until the next write or reindex", memdir.place.label, type(exc).__name__, exc)
@@ -303,10 +391,12 @@ __all__ = [
     "after_commit",
     "clear_cache",
     "covers",
+    "delta_key",
     "index_key",
     "load",
     "on_commit",
     "parts",
     "rebuild",
     "snippets",
+    "stored_index",
 ]

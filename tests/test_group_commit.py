@@ -1,0 +1,143 @@
+"""Group commit (``memdir/group.py``): saves waiting for a place's lock hand their change to the
+holder, which commits them with its own — against SeaweedFS and a real Redis. The test holds the
+place lock itself, so which saves wait (and post a proposal) is certain."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from harness_memory.config import MemoryConfig
+from harness_memory.errors import PreconditionFailed
+from harness_memory.locks import RedisLocker
+from harness_memory.memdir import MemoryDir
+from harness_memory.services import MemoryServices
+from harness_memory.storage import make_store
+from tests.faults import FaultyStore
+
+
+def doc(i: int) -> str:
+    return f"---\nname: note {i}\ndescription: note {i}\ntype: project\n---\n\nBody {i}.\n"
+
+
+@pytest.fixture
+def pod(make_config: Callable[..., MemoryConfig]) -> Iterator[Callable[..., tuple[MemoryServices, FaultyStore]]]:
+    made: list[MemoryServices] = []
+
+    def make(**limits: object) -> tuple[MemoryServices, FaultyStore]:
+        cfg = make_config("cos", redis=True, limits=limits)
+        store = FaultyStore(make_store(cfg.store))
+        services = MemoryServices.from_config(cfg, store=store)
+        made.append(services)
+        return services, store
+
+    yield make
+    for services in made:
+        services.close()
+
+
+def proposals(locker: RedisLocker, mdir: MemoryDir) -> int:
+    return int(locker.client.llen(locker.handoff_keys(mdir.place.lock_name())[0]))
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.005)
+
+
+def run_all(fns: list[Callable[[], object]]) -> tuple[list[threading.Thread], dict[int, object]]:
+    out: dict[int, object] = {}
+
+    def one(i: int, fn: Callable[[], object]) -> None:
+        try:
+            out[i] = fn()
+        except Exception as exc:  # the assertion looks at it
+            out[i] = exc
+
+    threads = [threading.Thread(target=one, args=(i, fn)) for i, fn in enumerate(fns)]
+    for t in threads:
+        t.start()
+    return threads, out
+
+
+def head_writes(store: FaultyStore, mdir: MemoryDir) -> int:
+    return sum(1 for op, key in store.calls.log if op.startswith("put") and key == mdir.manifest_key)
+
+
+def test_waiting_saves_are_committed_by_the_holder_in_one_manifest_write(pod: Callable[..., tuple[
+        MemoryServices, FaultyStore]]) -> None:
+    svc, store = pod()
+    mdir = svc.user_agent_dir("u")
+    mdir.save("first.md", doc(0))
+    locker = svc.locker
+    assert isinstance(locker, RedisLocker)
+    tools = svc.memory_tools("u")
+    with locker.hold(mdir.place.lock_name()):
+        threads, out = run_all([lambda i=i: tools.save_file(f"n{i}.md", doc(i)) for i in range(6)])
+        wait_for(lambda: proposals(locker, mdir) == 6)  # every waiter handed its save over
+        store.calls.log.clear()
+    for t in threads:
+        t.join(30)
+    assert all(str(r).startswith("Created memory n") for r in out.values()), out
+    assert head_writes(store, mdir) == 1  # the first waiter committed all six in one head write
+    assert sorted(mdir.manifest().entries) == ["first.md", *[f"n{i}.md" for i in range(6)]]
+    assert all(mdir.read(f"n{i}.md").text == doc(i) for i in range(6))
+    assert proposals(locker, mdir) == 0
+
+
+def test_a_proposal_that_cannot_join_runs_alone_and_meets_its_own_error(pod: Callable[..., tuple[
+        MemoryServices, FaultyStore]]) -> None:
+    svc, _ = pod()
+    mdir = svc.user_agent_dir("u")
+    mdir.save("shared.md", doc(1))
+    mdir.save("shared.md", doc(2))
+    locker = svc.locker
+    assert isinstance(locker, RedisLocker)
+    with locker.hold(mdir.place.lock_name()):
+        threads, out = run_all([lambda: mdir.save("a.md", doc(3)),
+                                lambda: mdir.save("shared.md", doc(4), expect="an-etag-long-gone"),
+                                lambda: mdir.save("b.md", doc(5))])
+        wait_for(lambda: proposals(locker, mdir) == 3)
+    for t in threads:
+        t.join(30)
+    assert isinstance(out[1], PreconditionFailed)  # its own error, as if it had run alone
+    assert not isinstance(out[0], Exception) and not isinstance(out[2], Exception), out
+    assert mdir.read("shared.md").text == doc(2)  # unchanged
+    assert {"a.md", "b.md", "shared.md"} <= set(mdir.manifest().entries)
+
+
+def test_a_holder_that_stops_after_taking_a_proposal_does_not_lose_it(pod: Callable[..., tuple[
+        MemoryServices, FaultyStore]]) -> None:
+    svc, _ = pod()
+    mdir = svc.user_agent_dir("u")
+    locker = svc.locker
+    assert isinstance(locker, RedisLocker)
+    tools = svc.memory_tools("u")
+    with locker.hold(mdir.place.lock_name()):
+        threads, out = run_all([lambda: tools.save_file("kept.md", doc(7))])
+        wait_for(lambda: proposals(locker, mdir) == 1)
+        # a holder takes it ... and stops before committing or answering
+        assert locker.client.lpop(locker.handoff_keys(mdir.place.lock_name())[0]) is not None
+    threads[0].join(30)
+    assert str(out[0]).startswith("Created memory kept.md"), out
+    assert mdir.read("kept.md").text == doc(7) and "kept.md" in mdir.manifest().entries
+
+
+def test_group_commit_can_be_turned_off(pod: Callable[..., tuple[MemoryServices, FaultyStore]]) -> None:
+    svc, store = pod(group_commit_max=0)
+    mdir = svc.user_agent_dir("u")
+    locker = svc.locker
+    assert isinstance(locker, RedisLocker)
+    with locker.hold(mdir.place.lock_name()):
+        threads, _ = run_all([lambda i=i: mdir.save(f"n{i}.md", doc(i)) for i in range(3)])
+        time.sleep(0.3)
+        assert proposals(locker, mdir) == 0  # waiting the old way
+        store.calls.log.clear()
+    for t in threads:
+        t.join(30)
+    assert head_writes(store, mdir) == 3 and len(mdir.manifest().entries) == 3
