@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from harness_memory.config import MemoryConfig
-from harness_memory.errors import PreconditionFailed
+from harness_memory.errors import LockTimeout, OutcomeUnknown, PreconditionFailed
 from harness_memory.locks import RedisLocker
 from harness_memory.memdir import MemoryDir
 from harness_memory.services import MemoryServices
@@ -27,8 +27,8 @@ def doc(i: int) -> str:
 def pod(make_config: Callable[..., MemoryConfig]) -> Iterator[Callable[..., tuple[MemoryServices, FaultyStore]]]:
     made: list[MemoryServices] = []
 
-    def make(**limits: object) -> tuple[MemoryServices, FaultyStore]:
-        cfg = make_config("cos", redis=True, limits=limits)
+    def make(store: dict[str, object] | None = None, **limits: object) -> tuple[MemoryServices, FaultyStore]:
+        cfg = make_config("cos", redis=True, limits=limits, store=store or {})
         store = FaultyStore(make_store(cfg.store))
         services = MemoryServices.from_config(cfg, store=store)
         made.append(services)
@@ -141,3 +141,31 @@ def test_group_commit_can_be_turned_off(pod: Callable[..., tuple[MemoryServices,
     for t in threads:
         t.join(30)
     assert head_writes(store, mdir) == 3 and len(mdir.manifest().entries) == 3
+
+
+def test_a_save_that_times_out_takes_its_proposal_back(pod: Callable[..., tuple[MemoryServices, FaultyStore]]) -> None:
+    svc, _ = pod(lock_wait_seconds=0.5)
+    mdir = svc.user_agent_dir("u")
+    locker = svc.locker
+    assert isinstance(locker, RedisLocker)
+    with locker.hold(mdir.place.lock_name()):
+        threads, out = run_all([lambda: mdir.save("late.md", doc(1))])
+        threads[0].join(10)
+        assert isinstance(out[0], LockTimeout)  # failed ...
+        assert proposals(locker, mdir) == 0  # ... and no holder can commit it later
+    mdir.save("other.md", doc(2))
+    assert "late.md" not in mdir.manifest().entries and not svc.store.exists(mdir.place.key("late.md"))
+
+
+def test_a_timed_out_save_whose_holder_went_silent_is_reported_unknown(
+        pod: Callable[..., tuple[MemoryServices, FaultyStore]]) -> None:
+    svc, _ = pod(store={"cos_timeout": 1.0}, lock_wait_seconds=0.5, lock_ttl_seconds=1.5)
+    mdir = svc.user_agent_dir("u")
+    locker = svc.locker
+    assert isinstance(locker, RedisLocker)
+    with locker.hold(mdir.place.lock_name()):
+        threads, out = run_all([lambda: mdir.save("maybe.md", doc(1))])
+        wait_for(lambda: proposals(locker, mdir) == 1)
+        locker.client.lpop(locker.handoff_keys(mdir.place.lock_name())[0])  # taken, never answered
+        threads[0].join(10)
+    assert isinstance(out[0], OutcomeUnknown) and "may or may not" in str(out[0])

@@ -17,7 +17,6 @@ import contextlib
 import dataclasses
 import logging
 import random
-import sys
 import time
 import unicodedata
 from collections.abc import Callable, Iterator
@@ -26,12 +25,13 @@ from dataclasses import dataclass
 
 from ..config import LimitsConfig
 from ..errors import (
+    LeaseLost,
+    LockTimeout,
     MemoryFormatError,
     ObjectNotFound,
     OutcomeUnknown,
     PreconditionFailed,
     StorageError,
-    StorageUnavailable,
     WriteConflict,
 )
 from ..layout import INDEX_FILE, INTENT_FILE, MANIFEST_FILE, Place, validate_filename
@@ -244,6 +244,20 @@ class MemoryDir:
             # redo=True even when nothing was posted: the error may have come after our own commit
             return self._redo_on_conflict(lambda: self._save_once(file, content, expect, redo=True))
 
+    def _await_answer(self, handoff: group.Handoff, proposal: group.Proposal) -> SaveResult:
+        """Our wait for the lock ran out, but a holder took our proposal: its answer arrives before
+        its lock is released (within a lease); none means that holder stopped — the outcome is
+        unknown until its intent record is resolved."""
+        raw = handoff.locker.client.blpop([handoff.answer_key(proposal.id)], self.limits.lock_ttl_seconds)
+        answer = group.Answer.from_bytes(raw[1]) if raw else None
+        if answer is not None and answer.status == group.OK and answer.entry is not None:
+            return SaveResult(proposal.file, answer.created, answer.entry)
+        if answer is not None and answer.status == group.ALONE:
+            raise LockTimeout(f"{proposal.file} was not saved: the place stayed busy past the lock wait; try again")
+        raise OutcomeUnknown((answer.message if answer is not None else "") or
+                             "the save was handed to another writer that did not confirm it; it may or may not "
+                             "have taken effect — read the file back before relying on it")
+
     def _save_handed(self, handoff: group.Handoff, proposal: group.Proposal, posted: list[bool]) -> SaveResult:
         file, content, expect = proposal.file, proposal.content, proposal.expect
 
@@ -251,7 +265,14 @@ class MemoryDir:
             posted.append(True)  # before the request: a post whose answer is lost may still have landed
             return handoff.post(proposal)
 
-        with self.locker.hold_or_answer(self.place.lock_name(), propose) as lease:  # type: ignore[attr-defined]
+        with contextlib.ExitStack() as stack:
+            try:
+                lease = stack.enter_context(self.locker.hold_or_answer(  # type: ignore[attr-defined]
+                    self.place.lock_name(), propose))
+            except LockTimeout as exc:  # our wait ran out: nothing of ours was written ...
+                if isinstance(exc, LeaseLost) or not posted or handoff.withdraw(proposal):
+                    raise
+                return self._await_answer(handoff, proposal)  # ... unless a holder has our save
             answer: group.Answer | None = None
             if lease is None:
                 answer = handoff.answer_of(proposal)
@@ -460,11 +481,12 @@ class MemoryDir:
     # -- internals ------------------------------------------------------------------------
     def commit_manifest(self, mutate: Callable[[Manifest], object],
                         start: tuple[Manifest, str | None] | None = None, lease: Lease = LOCAL_LEASE, *,
-                        compact: bool = False,
-                        alongside: Callable[[Manifest], Callable[[], None]] | None = None,
+                        compact: bool = False, after: Callable[[Manifest], None] | None = None,
                         changes: tuple[list[str], list[str]] | None = None) -> Manifest:
         """Read-modify-write the manifest's head (conditional PUT; ``stored.py``), then re-render
-        MEMORY.md (its unchanged lines come from the pod's render of the base).
+        MEMORY.md (its unchanged lines come from the pod's render of the base) and run ``after``
+        (the search index's update) — side by side, once the head has landed: a commit that
+        fails never shows in either.
 
         Only ``PlaceTxn.commit`` calls this (it holds the place lock). ``start`` is the manifest
         (and its etag) read under that lock, saving one GET; on a conflict (another pod writing
@@ -472,9 +494,7 @@ class MemoryDir:
         for up to ``lock_wait_seconds``, so an outage slows saves instead of failing them.
         The head carries only the entries changed since the place's base — ``changes`` (files
         written, files removed) when the caller knows them, else found by identity (entries are
-        replaced, never changed in place) — so a save PUTs O(changed) bytes.
-        ``alongside`` starts work that needs the planned manifest (the search index's delta) while
-        the head is PUT, and returns how to wait for it; it is waited for whatever the PUT did.
+        replaced, never changed in place) — so a save PUTs O(changed) manifest bytes.
         """
         deadline = time.monotonic() + self.limits.lock_wait_seconds
         pause = 0.01
@@ -502,15 +522,11 @@ class MemoryDir:
             lease.check()
             if plan.base is not None:  # a new key nothing reads until the head names it
                 self.store.put(prefix + stored.base_name(plan.base[0]), plan.base[1], content_type=stored.JSON)
-            join = alongside(manifest) if alongside is not None else None
-            index_put = self._put_index(manifest, wait=False)
-            landed = False
             try:
                 if etag is None:
                     self.store.put_if_absent(self.manifest_key, plan.head, content_type=stored.JSON)
                 else:
                     self.store.put_if_match(self.manifest_key, plan.head, etag, content_type=stored.JSON)
-                landed = True
                 break
             except PreconditionFailed:  # someone wrote between our read and write: read again
                 if plan.base is not None:
@@ -520,52 +536,32 @@ class MemoryDir:
                                        f"{self.limits.lock_wait_seconds:g}s; try again") from None
                 time.sleep(pause * (0.5 + random.random()))
                 pause = min(pause * 2, 0.5)
-            finally:
-                if join is not None:
-                    join()
-                if index_put is not None:
-                    index_put()
-                    failure = sys.exc_info()[1]
-                    if not landed and failure is not None and not isinstance(failure, StorageUnavailable):
-                        self.refresh_index()  # MEMORY.md went out beside a head that did not: back to the stored one
+            except StorageError as exc:  # a head that surely did not land takes its new base with it
+                if plan.base is not None and not getattr(exc, "maybe_applied", True):
+                    self._drop_base(plan.base[0])
+                raise
         if plan.base is not None:
             stored.adopt(self.store, prefix, manifest)
         if plan.retired is not None:
             self._drop_base(plan.retired)
-        if index_put is None:
-            self._put_index(manifest, wait=True)
+        if after is not None and self.executor is not None:
+            future = self.executor.submit(wrap_context(after), manifest)
+            self._put_index(manifest)
+            future.result()
+        else:
+            self._put_index(manifest)
+            if after is not None:
+                after(manifest)
         return manifest
 
-    def _put_index(self, manifest: Manifest, *, wait: bool) -> Callable[[], None] | None:
-        """PUT MEMORY.md rendered from ``manifest``: beside the head's PUT (``wait=False``, with an
-        executor; returns how to wait for it) or now. A failure is logged: the manifest is the
-        index of record and the next commit renders MEMORY.md again."""
-        if not wait and self.executor is None:
-            return None  # rendered and PUT after the head instead
-        data = render_index(manifest).encode("utf-8")
-
-        def put() -> None:
-            try:
-                self.store.put(self.index_key, data, content_type="text/markdown; charset=utf-8")
-            except StorageError as exc:
-                log.warning("MEMORY.md of %s not refreshed (%s); the manifest is current", self.place.label, exc)
-
-        if wait:
-            put()
-            return None
-        future = self.executor.submit(wrap_context(put))
-        return future.result
-
-    def refresh_index(self) -> None:
-        """Render MEMORY.md from the stored manifest (after a commit that failed once its MEMORY.md
-        was sent). Best effort: with the store down the next commit renders it."""
+    def _put_index(self, manifest: Manifest) -> None:
+        """PUT MEMORY.md rendered from ``manifest``. A failure is logged: the manifest is the index
+        of record and the next commit renders MEMORY.md again."""
         try:
-            manifest, _ = self.load_manifest()
             self.store.put(self.index_key, render_index(manifest).encode("utf-8"),
                            content_type="text/markdown; charset=utf-8")
-        except Exception as exc:
-            log.warning("MEMORY.md of %s could not be put back (%s); the next change renders it", self.place.label,
-                        exc)
+        except StorageError as exc:
+            log.warning("MEMORY.md of %s not refreshed (%s); the manifest is current", self.place.label, exc)
 
     def _drop_base(self, gen: str) -> None:
         """Remove a base no head names (best effort: ``reindex`` removes any left over)."""

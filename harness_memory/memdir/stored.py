@@ -48,7 +48,7 @@ DELTA_MAX_ENTRIES = 128
 DELTA_MAX_BYTES = 64 * 1024
 #: Bases kept parsed per pod (places), and the entries they may hold together.
 CACHE_BASES = 64
-CACHE_ENTRIES = 400_000
+CACHE_ENTRIES = 200_000
 JSON = "application/json"
 
 

@@ -261,7 +261,7 @@ class PlaceTxn:
         try:
             self._put_files(writes, written)
             manifest = d.commit_manifest(mutate, start=(self.manifest, self.etag), lease=self.lease,
-                                         compact=self._compact, alongside=self._search_alongside(writes),
+                                         compact=self._compact, after=self._search_after(writes),
                                          changes=None if self._mutations or self._clear_entries
                                          else ([w.file for w in writes], list(self._deletes)))
         except BaseException as exc:
@@ -271,24 +271,20 @@ class PlaceTxn:
         self.committed = out
         return out
 
-    def _search_alongside(self, writes: list[_Write]) -> Callable[[Manifest], Callable[[], None]]:
-        """SEARCH INDEX: the one call, made with the manifest the head PUT is about to commit and
-        run while it is PUT (``after_commit`` never raises; its documents carry the entries'
-        versions, so a delta written for a commit that then failed is never taken as current)."""
+    def _search_after(self, writes: list[_Write]) -> Callable[[Manifest], None]:
+        """SEARCH INDEX: the one call, made with the manifest the commit wrote (``after_commit``
+        never raises). ``since``: the manifest version this transaction started from, while the
+        commit is its first try (a retried one re-read the manifest: no shortcut then)."""
         from ..search.place import after_commit
 
         written = {w.file: w.memory for w in writes}
-        deletes, cleared, pool = list(self._deletes), self._clear_entries, self.dir.executor
-        first = [self._started_version]
+        deletes, cleared, started = list(self._deletes), self._clear_entries, self._started_version
 
-        def start(manifest: Manifest) -> Callable[[], None]:
-            since = first.pop() if first else None  # a retried commit re-read the manifest: no shortcut
-            if pool is None:
-                return lambda: after_commit(self.dir, manifest, written, deletes, cleared, since)
-            future = pool.submit(wrap_context(after_commit), self.dir, manifest, written, deletes, cleared, since)
-            return future.result
+        def run(manifest: Manifest) -> None:
+            first = self.manifest is manifest
+            after_commit(self.dir, manifest, written, deletes, cleared, started if first else None)
 
-        return start
+        return run
 
     def _write_intent(self, writes: list[_Write]) -> None:
         """The write-ahead record (``intent.py``); if it fails nothing has changed yet."""
