@@ -13,6 +13,7 @@ Allowed ids (user id, agent type, project, session id): 1-128 characters from
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -71,6 +72,20 @@ def project_slug(path_or_name: str) -> str:
 
 
 def validate_filename(name: object) -> str:
+    """Check a memory file name given by the model or an API caller (see ``_validate_filename``).
+    Names are checked again at every layer they pass; valid ones are remembered (a pure function
+    of the string), so the repeats cost a dict lookup."""
+    if isinstance(name, str):
+        return _validate_cached(name)
+    return _validate_filename(name)
+
+
+@functools.lru_cache(maxsize=8192)
+def _validate_cached(name: str) -> str:
+    return _validate_filename(name)
+
+
+def _validate_filename(name: object) -> str:
     """Check a memory file name given by the model or an API caller.
 
     Only relative ``.md`` names inside the place: no ``..``, absolute paths, backslashes,

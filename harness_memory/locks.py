@@ -408,10 +408,11 @@ class RedisLocker:
         return f"{self.prefix}gc:{tag}", f"{self.prefix}gca:{tag}:"
 
     @contextlib.contextmanager
-    def hold_or_answer(self, name: str, propose: Callable[[], str], *, ttl: float | None = None,
+    def hold_or_answer(self, name: str, propose: Callable[[str], str], *, ttl: float | None = None,
                        wait: float | None = None) -> Iterator[Lease | None]:
         """``hold``, for a writer that can hand its change to the holder: when the lock is not free
-        at once, ``propose()`` posts the change and returns the list its answer will arrive on; the
+        at once, ``propose(token)`` posts the change (with the waiter's queue token, which the holder
+        removes from the queue when it answers) and returns the list its answer will arrive on; the
         waiter keeps its place in the queue and yields None as soon as an answer is there (the
         holder committed it, or asks it to go on alone). Redis down: the local lock, no proposal."""
         ttl = self.ttl if ttl is None else ttl
@@ -437,7 +438,7 @@ class RedisLocker:
             yield lease
 
     def _acquire(self, keys: list[str], token: str, ttl: float, wait: float,
-                 propose: Callable[[], str] | None = None) -> tuple[int, float]:
+                 propose: Callable[[str], str] | None = None) -> tuple[int, float]:
         """Join the queue and poll until first and the lock is free: (fence, monotonic time the
         winning request was sent), or (0, 0) after ``wait`` seconds (the queue place is left)."""
         deadline = time.monotonic() + wait
@@ -458,18 +459,17 @@ class RedisLocker:
                 if time.monotonic() >= deadline:
                     self._leave(keys=keys[1:3], args=[token])
                     return 0, 0.0
-                if propose is not None and answer is None:
-                    answer = propose()
-                    continue
                 position = -got - 1  # 0: next in line
+                if propose is not None and answer is None:
+                    answer = propose(token)
                 if answer is not None:
-                    # A waiter whose save the holder will most likely take blocks on its answer
-                    # (woken at once) and looks at the queue less often: polling every 2 ms from
-                    # eight processes cost more CPU than the commits. It still polls well inside
-                    # ``stale``, and the next in line soon enough to take a lock left unanswered.
-                    pause = 0.005 if position == 0 else min(0.01 * (position + 1), 0.1)
-                    if self.client.blmove(answer, answer, pause, "LEFT", "LEFT") is not None:
-                        continue  # answered: the next round leaves the queue
+                    # A waiter whose save the holder will most likely take polls its answer and the
+                    # queue in one script; the next in line often (to take a lock its holder left
+                    # without taking this save), the others less (polling every 2 ms from eight
+                    # processes cost more CPU than the commits). Not a blocking pop with a short
+                    # timeout: Redis ends those only on its ``hz`` tick (100 ms at the default 10).
+                    pause = 0.002 if position == 0 else min(0.004 * (position + 1), 0.02)
+                    time.sleep(pause + secrets.randbelow(500) / 1_000_000)
                 else:
                     pause = 0.002 if position == 0 else min(0.002 * (position + 1), 0.03)
                     time.sleep(pause + secrets.randbelow(1000) / 1_000_000)

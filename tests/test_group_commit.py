@@ -169,3 +169,55 @@ def test_a_timed_out_save_whose_holder_went_silent_is_reported_unknown(
         locker.client.lpop(locker.handoff_keys(mdir.place.lock_name())[0])  # taken, never answered
         threads[0].join(10)
     assert isinstance(out[0], OutcomeUnknown) and "may or may not" in str(out[0])
+
+
+def test_a_holder_commits_saves_posted_during_its_own_commit_before_it_lets_go(
+        pod: Callable[..., tuple[MemoryServices, FaultyStore]]) -> None:
+    """Saves that arrive while the holder's own commit is on its way are committed by the same
+    holder in a further round (no hand-over of the lock, no re-read of the manifest), and the
+    views (MEMORY.md, search index) come out whole once the rounds are done."""
+    from harness_memory.search.place import stored_index
+    from tests.faults import MANIFEST_WRITE
+
+    svc, store = pod()
+    mdir = svc.user_agent_dir("u")
+    mdir.save("first.md", doc(0))
+    locker = svc.locker
+    assert isinstance(locker, RedisLocker)
+    store.stall(MANIFEST_WRITE, 1.5, times=1)
+    store.calls.log.clear()
+    holder, out = run_all([lambda: mdir.save("a.md", doc(1))])
+    wait_for(lambda: any(op.startswith("put") and key == mdir.manifest_key for op, key in store.calls.log))
+    others, out2 = run_all([lambda i=i: mdir.save(f"late{i}.md", doc(10 + i)) for i in range(3)])
+    wait_for(lambda: proposals(locker, mdir) == 3)
+    for t in [*holder, *others]:
+        t.join(30)
+    assert not any(isinstance(v, Exception) for v in [*out.values(), *out2.values()]), (out, out2)
+    head_reads = [key for op, key in store.calls.log if op == "get" and key == mdir.manifest_key]
+    assert len(head_reads) == 1  # the holder's own; the later saves never started a transaction
+    assert head_writes(store, mdir) == 2  # the holder's save, then the three together
+    names = {"first.md", "a.md", "late0.md", "late1.md", "late2.md"}
+    assert set(mdir.manifest().entries) == names
+    index = svc.store.get(mdir.index_key).data.decode("utf-8")
+    assert all(f"({n})" in index for n in names), index
+    assert set(stored_index(mdir).docs) == names
+    assert mdir.read("late1.md").text == doc(11)
+
+
+def test_a_holder_alone_on_its_place_does_not_wait_for_more_saves(
+        pod: Callable[..., tuple[MemoryServices, FaultyStore]]) -> None:
+    """Nobody queued for the lock: no save is about to be handed over, so the holder lets go at
+    once (Redis's blocking pops would not do: their timeouts end on its 100 ms ``hz`` tick)."""
+    from harness_memory.memdir import group
+
+    svc, _ = pod()
+    mdir = svc.user_agent_dir("u")
+    locker = svc.locker
+    assert isinstance(locker, RedisLocker)
+    handoff = group.Handoff(locker, mdir.place.lock_name(), 64)
+    started = time.monotonic()
+    assert handoff.wait_pending(20.0) is False
+    assert time.monotonic() - started < 10.0  # did not sit out the 20 s
+    locker.client.rpush(handoff.list_key, group.Proposal("p", "x.md", doc(1), None).to_bytes())
+    assert handoff.wait_pending(0.0) is True
+    assert handoff.take()[0].file == "x.md"

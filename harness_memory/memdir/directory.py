@@ -48,6 +48,11 @@ from .txn import ABSENT, PlaceTxn, SaveResult, TxnResult
 log = logging.getLogger(__name__)
 #: Manifest commit attempts at least (more while the lock-wait budget lasts, with back-off).
 COMMIT_ATTEMPTS = 6
+#: Further commits of handed-over saves a holder makes before it releases the lock (group commit).
+DRAIN_ROUNDS = 4
+#: How long a holder waits for another handed-over save before it releases the lock: the writers
+#: it just answered are typically posting their next save within a few milliseconds.
+DRAIN_WAIT = 0.005
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,7 +235,7 @@ class MemoryDir:
 
     def _save_grouped(self, handoff: group.Handoff, file: str, content: str, expect: str | None) -> SaveResult:
         proposal = handoff.new(file, content, expect)
-        posted: list[bool] = []
+        posted: list[group.Proposal] = []  # the proposal as posted (with our queue token), once it is
         try:
             return self._save_handed(handoff, proposal, posted)
         except REDIS_ERRORS as exc:
@@ -240,7 +245,7 @@ class MemoryDir:
             log.info("group commit on %s interrupted (%s); saving alone", self.place.label, exc)
             if posted:
                 with contextlib.suppress(*REDIS_ERRORS):
-                    handoff.withdraw(proposal)
+                    handoff.withdraw(posted[-1])
             # redo=True even when nothing was posted: the error may have come after our own commit
             return self._redo_on_conflict(lambda: self._save_once(file, content, expect, redo=True))
 
@@ -258,11 +263,14 @@ class MemoryDir:
                              "the save was handed to another writer that did not confirm it; it may or may not "
                              "have taken effect — read the file back before relying on it")
 
-    def _save_handed(self, handoff: group.Handoff, proposal: group.Proposal, posted: list[bool]) -> SaveResult:
+    def _save_handed(self, handoff: group.Handoff, proposal: group.Proposal,
+                     posted: list[group.Proposal]) -> SaveResult:
         file, content, expect = proposal.file, proposal.content, proposal.expect
 
-        def propose() -> str:
-            posted.append(True)  # before the request: a post whose answer is lost may still have landed
+        def propose(token: str) -> str:
+            nonlocal proposal
+            proposal = dataclasses.replace(proposal, token=token)
+            posted.append(proposal)  # before the request: a post whose answer is lost may still have landed
             return handoff.post(proposal)
 
         with contextlib.ExitStack() as stack:
@@ -327,9 +335,48 @@ class MemoryDir:
                     raise
                 group.answer_committed(handoff, staged, {r.file: r for r in out.saved})
         result = _committed(txn).saved[0]
+        if handoff is not None and lease is not None and isinstance(txn.lease, RedisLease):
+            self._drain(txn.lease, handoff, _committed(txn))
         # our text already there without its entry: the taken proposal's commit is still landing
         # (Redis down, pods not excluding each other) — the file is new as far as this save goes
         return dataclasses.replace(result, created=True) if ours and not result.created else result
+
+    def _drain(self, lease: Lease, handoff: group.Handoff, last: TxnResult) -> None:
+        """Still holding the lock after our own commit: commit the saves that were handed over
+        meanwhile (or within ``DRAIN_WAIT``), up to ``DRAIN_ROUNDS`` more commits, so a busy place
+        is not handed from writer to writer between every batch (each hand-over waits for the next
+        writer's poll). Each round starts from the manifest the previous one committed (no GETs:
+        this holder wrote it and its intent record), and MEMORY.md and the search index are
+        brought up to date once, after the last round (a holder that dies between rounds leaves
+        them behind until the next commit, which renders them again). Never fails our own,
+        committed save; our caller waits for these rounds."""
+        from ..search.place import after_commit
+
+        manifest, written = last.manifest, {}
+        since = manifest.updated_at  # our own commit left the pod's search cache at this version
+        try:
+            for _ in range(DRAIN_ROUNDS):
+                if manifest.head_etag is None or not handoff.wait_pending(DRAIN_WAIT):
+                    break
+                lease.check()
+                txn = PlaceTxn(self, manifest, manifest.head_etag, lease)
+                txn.defer_views = True
+                staged, _ = group.stage(txn, handoff.take(), handoff)
+                if not staged:
+                    break
+                try:
+                    out = txn.commit()
+                except BaseException as exc:
+                    group.answer_failed(handoff, staged, exc)
+                    raise
+                group.answer_committed(handoff, staged, {r.file: r for r in out.saved})
+                manifest = out.manifest
+                written.update(txn.written_memories())
+        except Exception as exc:  # the waiters are answered (or redo theirs); ours is done
+            log.info("group commit on %s: a further round stopped (%s)", self.place.label, exc)
+        if written:
+            self._put_index(manifest)
+            after_commit(self, manifest, written, [], False, since)
 
     def save_memory(self, file: str, memory: MemoryFile) -> SaveResult:
         return self.save(file, memory.render())
@@ -482,7 +529,7 @@ class MemoryDir:
     def commit_manifest(self, mutate: Callable[[Manifest], object],
                         start: tuple[Manifest, str | None] | None = None, lease: Lease = LOCAL_LEASE, *,
                         compact: bool = False, after: Callable[[Manifest], None] | None = None,
-                        changes: tuple[list[str], list[str]] | None = None) -> Manifest:
+                        changes: tuple[list[str], list[str]] | None = None, views: bool = True) -> Manifest:
         """Read-modify-write the manifest's head (conditional PUT; ``stored.py``), then re-render
         MEMORY.md (its unchanged lines come from the pod's render of the base) and run ``after``
         (the search index's update) — side by side, once the head has landed: a commit that
@@ -524,9 +571,11 @@ class MemoryDir:
                 self.store.put(prefix + stored.base_name(plan.base[0]), plan.base[1], content_type=stored.JSON)
             try:
                 if etag is None:
-                    self.store.put_if_absent(self.manifest_key, plan.head, content_type=stored.JSON)
+                    manifest.head_etag = self.store.put_if_absent(self.manifest_key, plan.head,
+                                                                  content_type=stored.JSON)
                 else:
-                    self.store.put_if_match(self.manifest_key, plan.head, etag, content_type=stored.JSON)
+                    manifest.head_etag = self.store.put_if_match(self.manifest_key, plan.head, etag,
+                                                                 content_type=stored.JSON)
                 break
             except PreconditionFailed:  # someone wrote between our read and write: read again
                 if plan.base is not None:
@@ -544,6 +593,8 @@ class MemoryDir:
             stored.adopt(self.store, prefix, manifest)
         if plan.retired is not None:
             self._drop_base(plan.retired)
+        if not views:  # the caller renders them once for several commits (group commit rounds)
+            return manifest
         if after is not None and self.executor is not None:
             future = self.executor.submit(wrap_context(after), manifest)
             self._put_index(manifest)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -47,16 +48,18 @@ class Proposal:
     file: str
     content: str
     expect: str | None
+    #: The proposer's place in the lock queue (the holder takes it out when it answers).
+    token: str = ""
 
     def to_bytes(self) -> bytes:
-        return json.dumps({"id": self.id, "file": self.file, "content": self.content, "expect": self.expect},
-                          ensure_ascii=False).encode("utf-8")
+        return json.dumps({"id": self.id, "file": self.file, "content": self.content, "expect": self.expect,
+                           "token": self.token}, ensure_ascii=False).encode("utf-8")
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> Proposal:
         data = json.loads(raw.decode("utf-8"))
         return cls(str(data["id"]), str(data["file"]), str(data["content"]),
-                   None if data.get("expect") is None else str(data["expect"]))
+                   None if data.get("expect") is None else str(data["expect"]), str(data.get("token") or ""))
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +90,7 @@ class Handoff:
         self.name = name
         self.limit = limit
         self.list_key, self._answer_prefix = locker.handoff_keys(name)
+        _, self._queue_key, self._seen_key, _ = locker.keys(name)
 
     def answer_key(self, proposal_id: str) -> str:
         return self._answer_prefix + proposal_id
@@ -97,7 +101,8 @@ class Handoff:
 
     # -- proposer ---------------------------------------------------------------------------
     def post(self, proposal: Proposal) -> str:
-        """Put ``proposal`` on the list; the key its answer will arrive on."""
+        """Put ``proposal`` on the list; the key its answer will arrive on. Once posted, the
+        proposal is identified by its bytes (``withdraw``): post the one you will withdraw."""
         client = self.locker.client
         pipe = client.pipeline(transaction=False)
         pipe.rpush(self.list_key, proposal.to_bytes())
@@ -138,8 +143,30 @@ class Handoff:
             key = self.answer_key(proposal.id)
             pipe.rpush(key, answer.to_bytes())
             pipe.pexpire(key, ANSWER_TTL_MS)
+            if proposal.token:  # answered: no longer waiting for the lock
+                pipe.zrem(self._queue_key, proposal.token)
+                pipe.zrem(self._seen_key, proposal.token)
         pipe.execute()
 
+    def pending(self) -> int:
+        return int(self.locker.client.llen(self.list_key))
+
+    def wait_pending(self, seconds: float) -> bool:
+        """Whether a proposal is waiting, looking again every millisecond up to ``seconds`` while
+        another writer is queued for the lock (none queued: no save is about to be posted). Polled,
+        not a blocking pop: Redis ends a blocked command's timeout only on its ``hz`` tick (100 ms at
+        the default 10), far longer than the few milliseconds worth waiting here."""
+        client, deadline = self.locker.client, time.monotonic() + seconds
+        while True:
+            pipe = client.pipeline(transaction=False)
+            pipe.llen(self.list_key)
+            pipe.zcard(self._queue_key)
+            pending, queued = pipe.execute()
+            if int(pending) > 0:
+                return True
+            if int(queued) == 0 or time.monotonic() >= deadline:
+                return False
+            time.sleep(0.001)
 
 def stage(txn: PlaceTxn, proposals: list[Proposal], handoff: Handoff) -> tuple[list[Proposal], list[Answer]]:
     """Stage the proposals that can join ``txn``'s commit; answer the others "alone" (they run by

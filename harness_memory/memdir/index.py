@@ -92,6 +92,8 @@ class Manifest:
     delta: dict[str, ManifestEntry | None] = field(default_factory=dict, repr=False)
     #: The base before ``base`` (kept for readers still on it; removed at the next compaction).
     prev_base: str | None = field(default=None, repr=False)
+    #: The etag of the head this manifest was read from or committed as (None: not stored yet).
+    head_etag: str | None = field(default=None, repr=False, compare=False)
 
     def sorted_files(self) -> Iterator[str]:
         """File names in order, lazily: the base's stored order merged with the names the changes

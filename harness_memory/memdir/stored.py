@@ -214,6 +214,7 @@ def load(store: ObjectStore, prefix: str, head_key: str) -> tuple[Manifest, str 
         if obj is None:
             return Manifest(), None
         head = parse_head(obj.data)
+        head.manifest.head_etag = obj.etag
         if head.base is None:
             return head.manifest, obj.etag
         base = fetch_base(store, prefix, head.base)

@@ -132,6 +132,9 @@ class PlaceTxn:
         self._compact = False
         #: A commit was tried and failed (rolled back): the transaction is over.
         self.aborted = False
+        #: Leave MEMORY.md and the search index to the caller (group commit renders them once
+        #: after several commits).
+        self.defer_views = False
         self.committed: TxnResult | None = None
 
     # -- reading ---------------------------------------------------------------------------
@@ -174,6 +177,10 @@ class PlaceTxn:
         self._writes[file] = _Write(file, memory, content.encode("utf-8"), expect, created_at)
         if file in self._deletes:
             self._deletes.remove(file)
+
+    def written_memories(self) -> dict[str, MemoryFile]:
+        """The memory files this transaction wrote (for a caller that updates the views itself)."""
+        return {w.file: w.memory for w in self._writes.values()}
 
     def has_read(self, file: str) -> bool:
         return file in self._reads
@@ -261,7 +268,8 @@ class PlaceTxn:
         try:
             self._put_files(writes, written)
             manifest = d.commit_manifest(mutate, start=(self.manifest, self.etag), lease=self.lease,
-                                         compact=self._compact, after=self._search_after(writes),
+                                         compact=self._compact, views=not self.defer_views,
+                                         after=None if self.defer_views else self._search_after(writes),
                                          changes=None if self._mutations or self._clear_entries
                                          else ([w.file for w in writes], list(self._deletes)))
         except BaseException as exc:
