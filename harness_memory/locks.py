@@ -46,16 +46,42 @@ from .redis_client import REDIS_ERRORS, RedisClient
 
 log = logging.getLogger(__name__)
 
+#: Release: compare-and-delete, then wake the waiter now at the head of the queue (it is blocked on
+#: its wake list; pushing ends the wait at once). Optionally sets the place's *done* marker
+#: (``memdir/redo.py``) — or removes it when the value is empty (the holder left its last commit
+#: incomplete); '-' leaves it alone. Only while the lock is still ours.
+#: KEYS: lock, marker, queue. ARGV: token, marker value, marker TTL ms, wake-list prefix.
 _RELEASE = """
-if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end
+if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
+if ARGV[2] == '' then redis.call('del', KEYS[2])
+elseif ARGV[2] ~= '-' then redis.call('set', KEYS[2], ARGV[2], 'PX', ARGV[3]) end
+redis.call('del', KEYS[1])
+local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+if head then
+  redis.call('RPUSH', ARGV[4] .. head, '1')
+  redis.call('PEXPIRE', ARGV[4] .. head, 10000)
+end
+return 1
 """
+#: The check before a commit: compare-and-PEXPIRE that also removes the place's done marker, so
+#: from here until this holder's release says otherwise nobody trusts a copy of the head the
+#: commit is about to replace (``memdir/heads.py``). KEYS lock, marker; ARGV token, ttl ms.
+_BEGIN_COMMIT = """
+if redis.call('get', KEYS[1]) == ARGV[1] then
+  redis.call('del', KEYS[2])
+  return redis.call('pexpire', KEYS[1], ARGV[2])
+end
+return 0
+"""
+#: How long a done marker is kept (a place idle longer has its last commit's files checked again).
+DONE_TTL_MS = 7 * 24 * 3600 * 1000
 #: Compare-and-PEXPIRE: extend the lease only while we still hold it.
 RENEW_SCRIPT = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end
 """
-#: KEYS: lock, queue (zset token->ticket), seen (zset token->last poll ms), ticket counter.
-#: ARGV: token, ttl ms, stale ms, keep ms. Returns the ticket (> 0) when the lock was taken, else
-#: -(1 + position in the queue).
+#: KEYS: lock, queue (zset token->ticket), seen (zset token->last poll ms), ticket counter, the
+#: waiter's wake list. ARGV: token, ttl ms, stale ms, keep ms. Returns the ticket (> 0) when the
+#: lock was taken, else -(1 + position in the queue).
 _ENQUEUE_OR_TAKE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -79,21 +105,25 @@ if head == ARGV[1] and redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('DEL', KEYS[5])
   return ticket
 end
 return -1 - redis.call('ZRANK', KEYS[2], ARGV[1])
 """
-#: As ``_ENQUEUE_OR_TAKE`` with KEYS[5], a waiter's answer list (group commit): when the holder has
+#: As ``_ENQUEUE_OR_TAKE`` with KEYS[6], a waiter's answer list (group commit): when the holder has
 #: answered, the waiter leaves the queue and 0 is returned.
 _ENQUEUE_TAKE_OR_ANSWERED = """
-if redis.call('LLEN', KEYS[5]) > 0 then
+if redis.call('LLEN', KEYS[6]) > 0 then
   redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('DEL', KEYS[5])
   return 0
 end
 """ + _ENQUEUE_OR_TAKE
+#: KEYS: queue, seen, the waiter's wake list.
 _LEAVE = """
 redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('DEL', KEYS[3])
 return redis.call('ZREM', KEYS[2], ARGV[1])
 """
 
@@ -111,9 +141,25 @@ class Lease(Protocol):
         """``strict``: ask the lock's owner (Redis) even when the local deadline is far."""
         ...
 
+    def last_done(self) -> tuple[str, str] | None:
+        """(commit id, head etag) of the last commit whose writes a holder of this lock finished
+        (``redo.py``), when the lock keeps a marker; None when unknown."""
+        ...
+
+    def finished(self, txid: str | None, etag: str = "") -> None:
+        """This holder finished commit ``txid`` (whose head has ``etag``): say so to the next
+        holder. None: its last commit is not complete — say nothing is known."""
+        ...
+
+    def begin_commit(self) -> None:
+        """``check(strict=True)`` before a commit's first write; a lock keeping a done marker also
+        removes it (the head is about to change)."""
+        ...
+
 
 class _LocalLease:
-    """A local lock cannot expire under a live holder."""
+    """A local lock cannot expire under a live holder. It keeps no done marker: the next holder
+    checks the previous commit's files itself (cheap on a local directory)."""
 
     fence = 0
 
@@ -121,6 +167,15 @@ class _LocalLease:
         self.exclusive = exclusive
 
     def check(self, strict: bool = False) -> None:
+        return None
+
+    def last_done(self) -> tuple[str, str] | None:
+        return None
+
+    def finished(self, txid: str | None, etag: str = "") -> None:
+        return None
+
+    def begin_commit(self) -> None:
         return None
 
 
@@ -283,6 +338,41 @@ class RedisLease:
         self.exclusive = True
         self.lost = False
         self._deadline = started + ttl
+        #: The done marker to leave with the release ("txid etag"; "" removes it; None: leave it).
+        self.done: str | None = None
+
+    def last_done(self) -> tuple[str, str] | None:
+        try:
+            raw = self.locker.client.get(self.locker.done_key(self.name))
+        except REDIS_ERRORS:
+            return None
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw or "")
+        txid, _, etag = text.partition(" ")
+        return (txid, etag) if txid else None
+
+    def finished(self, txid: str | None, etag: str = "") -> None:
+        self.done = "" if txid is None else f"{txid} {etag}"
+
+    def begin_commit(self) -> None:
+        """The strict check, removing the done marker in the same script. Redis not answering is
+        treated as ``check`` treats it (the lease holds until its local deadline); the marker may
+        then outlive the head it names, which only costs a pod trusting it one refused head PUT
+        (``memdir/heads.py``: the copy is used only where the head's If-Match is enforced, and
+        only by blind saves, never to decide what to write)."""
+        if self.lost:
+            self.check()
+        sent = time.monotonic()
+        try:
+            ok = bool(self.locker._begin_commit(keys=[self.key, self.locker.done_key(self.name)],
+                                                args=[self.token, max(1, int(self.ttl * 1000))]))
+        except REDIS_ERRORS:
+            self.check(strict=True)  # unreachable: holds until the local deadline, as check says
+            return
+        if ok:
+            self._deadline = max(self._deadline, sent + self.ttl)
+            return
+        self.lost = True
+        self.check()  # raises LeaseLost with the usual message
 
     def renew(self) -> bool:
         """Extend the TTL if the lock is still ours; False (and ``lost``) once it is not."""
@@ -321,7 +411,7 @@ class RedisLocker:
     def __init__(self, client: RedisClient, *, prefix: str = "hm:", ttl: float = 25.0, wait: float = 30.0,
                  fallback: LocalLocker | None = None, retry_after: float = 5.0,
                  stale: float = 1.5, renew_every: float | None = None, keeper: LeaseKeeper | None = None,
-                 telemetry: Telemetry = DISABLED) -> None:
+                 telemetry: Telemetry = DISABLED, block: float = 0.2) -> None:
         self.telemetry = telemetry
         self.client = client
         self.retry_after = retry_after
@@ -331,22 +421,34 @@ class RedisLocker:
         self.wait = wait
         #: A waiter silent this long (crashed, paused) loses its place in the queue.
         self.stale = stale
+        #: Longest blocked wait for a wake-up (must stay below the Redis client's socket timeout).
+        self.block = block
         #: None: a third of the TTL. 0: never (tests that need a lease to run out).
         self.renew_every = renew_every
         self.keeper = keeper or LEASES
         self.fallback = fallback or LocalLocker(ttl=ttl, wait=wait, telemetry=telemetry)
         self._release = client.register_script(_RELEASE)
+        self._begin_commit = client.register_script(_BEGIN_COMMIT)
         self._renew = client.register_script(RENEW_SCRIPT)
         self._take = client.register_script(_ENQUEUE_OR_TAKE)
         self._leave = client.register_script(_LEAVE)
         self._take_or_answered = client.register_script(_ENQUEUE_TAKE_OR_ANSWERED)
         self._warned = False
+        self._warn_lock = threading.Lock()
 
     def keys(self, name: str) -> list[str]:
         """lock, queue, seen, ticket — one hash tag, so one Redis Cluster slot."""
         tag = "{" + name + "}"
         return [f"{self.prefix}lock:{tag}", f"{self.prefix}lockq:{tag}", f"{self.prefix}lockseen:{tag}",
                 f"{self.prefix}lockticket:{tag}"]
+
+    def wake_prefix(self, name: str) -> str:
+        """Prefix of the waiters' wake lists (``<prefix><token>``), in the lock's cluster slot."""
+        return f"{self.prefix}lockwake:{{{name}}}:"
+
+    def done_key(self, name: str) -> str:
+        """The place's done marker (``memdir/redo.py``), in the lock's cluster slot."""
+        return f"{self.prefix}lockdone:{{{name}}}"
 
     @contextlib.contextmanager
     def hold(self, name: str, *, ttl: float | None = None, wait: float | None = None) -> Iterator[Lease]:
@@ -361,14 +463,15 @@ class RedisLocker:
             return
         started = time.monotonic()
         try:
-            fence, taken_at = self._acquire(keys, token, ttl, wait)
+            fence, taken_at = self._acquire(name, keys, token, ttl, wait)
         except REDIS_ERRORS as exc:  # any topology: RedisClusterException is not a RedisError
             self.telemetry.lock_acquired("redis", "fallback", time.monotonic() - started)
             self._down_until = time.monotonic() + self.retry_after
-            if not self._warned:
+            with self._warn_lock:  # several threads fail at once: one warning
+                first, self._warned = not self._warned, True
+            if first:
                 log.warning("Redis lock unavailable (%s); using the in-process lock, probing Redis again "
                             "every %.0fs", exc, self.retry_after)
-                self._warned = True
             with self.fallback.hold(name, ttl=ttl, wait=max(0.0, wait - (time.monotonic() - started))):
                 yield FALLBACK_LEASE
             return
@@ -382,8 +485,10 @@ class RedisLocker:
         if not fence:
             raise LockTimeout(f"another writer holds {name!r} for more than {wait:.0f}s; try again later")
         if self._warned:
-            log.warning("Redis lock available again")
-        self._warned = False
+            with self._warn_lock:
+                again, self._warned = self._warned, False
+            if again:
+                log.warning("Redis lock available again")
         lease = RedisLease(self, name, keys[0], token, ttl, fence, taken_at)
         every = ttl / 3 if self.renew_every is None else self.renew_every
         job = self.keeper.add(lease.renew, every) if every > 0 else None
@@ -393,7 +498,10 @@ class RedisLocker:
             if job is not None:
                 self.keeper.remove(job)
             try:
-                if not self._release(keys=[keys[0]], args=[token]) and not lease.lost:
+                released = self._release(keys=[keys[0], self.done_key(name), keys[1]],
+                                         args=[token, "-" if lease.done is None else lease.done, DONE_TTL_MS,
+                                               self.wake_prefix(name)])
+                if not released and not lease.lost:
                     # Our token was gone: the lease ran out while held (and maybe another writer took it).
                     self.telemetry.lease_lost("place")
                     log.warning("the lock %s expired before its holder finished (held past its %gs lease)",
@@ -425,7 +533,7 @@ class RedisLocker:
         token = f"{os.getpid()}-{secrets.token_hex(12)}"
         started = time.monotonic()
         try:
-            fence, taken_at = self._acquire(keys, token, ttl, wait, propose)
+            fence, taken_at = self._acquire(name, keys, token, ttl, wait, propose)
         except REDIS_ERRORS:
             with self.hold(name, ttl=ttl, wait=max(0.0, wait - (time.monotonic() - started))) as lease:
                 yield lease  # hold() notes the outage and falls back
@@ -437,43 +545,43 @@ class RedisLocker:
         with self._held(name, keys, token, ttl, wait, fence, taken_at, started) as lease:
             yield lease
 
-    def _acquire(self, keys: list[str], token: str, ttl: float, wait: float,
+    def _acquire(self, name: str, keys: list[str], token: str, ttl: float, wait: float,
                  propose: Callable[[str], str] | None = None) -> tuple[int, float]:
         """Join the queue and poll until first and the lock is free: (fence, monotonic time the
         winning request was sent), or (0, 0) after ``wait`` seconds (the queue place is left)."""
         deadline = time.monotonic() + wait
         ttl_ms, stale_ms = max(1, int(ttl * 1000)), max(100, int(self.stale * 1000))
         keep_ms = int(max(wait, ttl, self.stale) * 4000)
+        wake = self.wake_prefix(name) + token
+        taking = [*keys, wake]
+        leaving = [keys[1], keys[2], wake]
         answer: str | None = None
+        # A blocked wait must end well inside the poll that keeps our place in the queue (``stale``).
+        block = max(0.01, min(self.block, self.stale / 3))
         try:
             while True:
                 sent = time.monotonic()
                 if answer is None:
-                    got = int(self._take(keys=keys, args=[token, ttl_ms, stale_ms, keep_ms]))
+                    got = int(self._take(keys=taking, args=[token, ttl_ms, stale_ms, keep_ms]))
                 else:
-                    got = int(self._take_or_answered(keys=[*keys, answer], args=[token, ttl_ms, stale_ms, keep_ms]))
+                    got = int(self._take_or_answered(keys=[*taking, answer], args=[token, ttl_ms, stale_ms, keep_ms]))
                     if got == 0:
                         return -1, 0.0
                 if got > 0:
                     return got, sent
-                if time.monotonic() >= deadline:
-                    self._leave(keys=keys[1:3], args=[token])
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self._leave(keys=leaving, args=[token])
                     return 0, 0.0
-                position = -got - 1  # 0: next in line
                 if propose is not None and answer is None:
                     answer = propose(token)
-                if answer is not None:
-                    # A waiter whose save the holder will most likely take polls its answer and the
-                    # queue in one script; the next in line often (to take a lock its holder left
-                    # without taking this save), the others less (polling every 2 ms from eight
-                    # processes cost more CPU than the commits). Not a blocking pop with a short
-                    # timeout: Redis ends those only on its ``hz`` tick (100 ms at the default 10).
-                    pause = 0.002 if position == 0 else min(0.004 * (position + 1), 0.02)
-                    time.sleep(pause + secrets.randbelow(500) / 1_000_000)
-                else:
-                    pause = 0.002 if position == 0 else min(0.002 * (position + 1), 0.03)
-                    time.sleep(pause + secrets.randbelow(1000) / 1_000_000)
+                    continue  # the holder may have taken it already: look before blocking
+                # Blocked on our wake list: the releasing holder pushes to the head of the queue,
+                # a holder that answered our proposal pushes to us. The timeout only bounds how
+                # long a holder that died without releasing (or a waiter ahead that vanished)
+                # delays us before we look again.
+                self.client.blpop([wake], timeout=min(block, max(0.01, left)))
         except BaseException:
             with contextlib.suppress(*REDIS_ERRORS):
-                self._leave(keys=keys[1:3], args=[token])
+                self._leave(keys=leaving, args=[token])
             raise

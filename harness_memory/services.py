@@ -123,7 +123,8 @@ class MemoryServices:
         if client is not None:
             locker = RedisLocker(client, prefix=config.redis.key_prefix, ttl=limits.lock_ttl_seconds,
                                  wait=limits.lock_wait_seconds, fallback=local,
-                                 retry_after=config.redis.retry_after_seconds, telemetry=telemetry)
+                                 retry_after=config.redis.retry_after_seconds, telemetry=telemetry,
+                                 block=min(0.2, config.redis.socket_timeout / 2))
         work = ThreadPoolExecutor(max_workers=WORK_THREADS, thread_name_prefix="hm-work")
         services = cls(config=config, store=store, redis=client, locker=locker, io=io, work=work,
                        telemetry=telemetry)

@@ -194,7 +194,7 @@ def test_a_holder_commits_saves_posted_during_its_own_commit_before_it_lets_go(
         t.join(30)
     assert not any(isinstance(v, Exception) for v in [*out.values(), *out2.values()]), (out, out2)
     head_reads = [key for op, key in store.calls.log if op == "get" and key == mdir.manifest_key]
-    assert len(head_reads) == 1  # the holder's own; the later saves never started a transaction
+    assert len(head_reads) <= 1  # the holder's own (none from its pod's copy); the later saves started none
     assert head_writes(store, mdir) == 2  # the holder's save, then the three together
     names = {"first.md", "a.md", "late0.md", "late1.md", "late2.md"}
     assert set(mdir.manifest().entries) == names

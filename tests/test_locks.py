@@ -80,8 +80,10 @@ def test_redis_down_falls_back_to_local_lock(caplog: pytest.LogCaptureFixture) -
 
 
 def test_local_lock_across_threads_and_timeout(tmp_path: Path) -> None:
+    # Exclusion with a generous wait (8 threads queue for 160 short holds; a loaded machine made
+    # a 0.1 s wait time out), then the timeout with a short one on the same lock folder.
+    assert exclusive(LocalLocker(tmp_path / "locks", wait=30), "p") == 160
     locker = LocalLocker(tmp_path / "locks", wait=0.1)
-    assert exclusive(locker, "p") == 160
     held = threading.Event()
     release = threading.Event()
 

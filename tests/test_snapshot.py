@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness_memory.config import MemoryConfig
-from harness_memory.layout import INTENT_FILE, SEARCH_DELTA_FILE, SEARCH_INDEX_FILE, SNAPSHOT_SYNC_FILE
+from harness_memory.layout import SEARCH_DELTA_FILE, SEARCH_INDEX_FILE, SNAPSHOT_SYNC_FILE
 from harness_memory.memdir import Manifest, parse_index
 from harness_memory.services import MemoryServices
 from harness_memory.snapshot import (
@@ -160,7 +160,7 @@ def test_four_transitions_and_update_after_initialisation(services_for: Callable
     keys = {svc.store.get(k.key).key for k in svc.store.list(own.place.prefix)}
     files = {own.place.filename_of(k) for k in keys}
     assert files == {*v3, "MEMORY.md", ".manifest.json", SNAPSHOT_SYNC_FILE, SEARCH_INDEX_FILE,
-                     SEARCH_DELTA_FILE, INTENT_FILE}
+                     SEARCH_DELTA_FILE}  # no undo record: the head carries the redo record (memdir/redo.py)
     assert stored_text(svc, "u1", "feedback_language.md") == v3["feedback_language.md"]
     assert set(own.manifest().entries) == set(v3)
     assert stored_sync(svc, "u1")["syncedFrom"] == "2026-12-20T00:00:00Z"

@@ -17,6 +17,7 @@ import pytest
 import redis
 
 from harness_memory.config import ConfigError, MemoryConfig
+from harness_memory.errors import StorageUnavailable
 from harness_memory.locks import RedisLocker
 from harness_memory.memdir import MemoryDir
 from harness_memory.services import MemoryServices
@@ -100,8 +101,10 @@ def test_holder_stalled_after_its_read_loses_the_lease_not_the_next_writers_upda
 
 
 def test_a_put_sent_after_the_lease_ran_out_is_refused_by_the_conditional_write(pods: Pods) -> None:
-    """The lease was checked, then the PUT stalled on its way (a store answer taking 10 s x 2):
-    If-Match on the version read refuses it once the next holder has written."""
+    """A's commit point (its head, carrying the redo record) landed; then its file PUT stalled on
+    the way past the lease (a store answer taking 10 s x 2). B takes the lock, completes A's
+    commit from the record, applies its own edit on top, and A's late PUT (If-Match on the version
+    A read) is refused instead of writing A's text back over B's. Both edits stand, in order."""
     a, a_store = pods()
     b, _ = pods()
     frozen(a)
@@ -110,12 +113,14 @@ def test_a_put_sent_after_the_lease_ran_out_is_refused_by_the_conditional_write(
     a_store.stall(on("put_if_match", "/log.md"), 3.5, times=1)
     thread, a_out = in_thread(lambda: MemoryTools(a_dir).replace_file_chunk("log.md", "start", "start by A"))
     wait_for(lambda: ("put_if_match", a_dir.place.key("log.md")) in a_store.calls.log)
-    assert MemoryTools(b_dir).replace_file_chunk("log.md", "start", "start by B").startswith("Updated")
+    b_said = MemoryTools(b_dir).replace_file_chunk("log.md", "start by A", "start by A, then B")
+    assert b_said.startswith("Updated"), b_said  # B saw A's committed edit: the record was completed
     thread.join(20)
-    assert a_out["result"].startswith("Error:") and "changed since it was read" in a_out["result"], a_out
-    assert "start by B" in b_dir.read("log.md").text and "start by A" not in b_dir.read("log.md").text
-    assert "start by B" not in b_dir.manifest().entries["log.md"].description  # index still consistent
-    assert b_dir.manifest().entries["log.md"].size == len(b_dir.read("log.md").text.encode())
+    assert a_out["result"].startswith("Updated"), a_out  # A's commit happened (and B built on it)
+    text = b_dir.read("log.md").text
+    assert "status: start by A, then B" in text  # A's late PUT did not write over B's
+    entry = b_dir.manifest().entries["log.md"]
+    assert entry.size == len(text.encode())  # index consistent with the file
 
 
 def test_expected_version_saves_share_the_guard(pods: Pods) -> None:
@@ -161,15 +166,15 @@ def test_a_renewed_lease_outlives_a_slow_store(pods: Pods) -> None:
 
 
 # -- 2. failed means unchanged -------------------------------------------------------------------
-def _die_after_file_write(store: FaultyStore, file: str) -> None:
-    """The store goes away right after the file's PUT: the manifest write, the rollback and the
-    check all fail."""
+def _die_after(store: FaultyStore, suffix: str) -> None:
+    """The store goes away right after the first write to a key ending with ``suffix``: every
+    later request fails (the rest of the commit, the read back)."""
     armed = {"on": False}
 
     def match(op: str, key: str) -> bool:
         if armed["on"]:
             return True
-        if op.startswith("put") and key.endswith("/" + file):
+        if op.startswith("put") and key.endswith(suffix):
             armed["on"] = True
         return False
 
@@ -177,32 +182,52 @@ def _die_after_file_write(store: FaultyStore, file: str) -> None:
 
 
 @pytest.mark.parametrize("repair", ["next save", "reindex"])
-def test_store_dying_between_file_and_index_never_says_nothing_was_saved(pods: Pods, repair: str) -> None:
+def test_store_dying_between_index_and_file_never_says_nothing_was_saved(pods: Pods, repair: str) -> None:
+    """The head (the commit point, carrying the new text) landed, then the store went away before
+    the file was written: the save says it may not have taken effect — never "Nothing was saved"
+    — and the next writer (or reindex) completes it, so readers see the change whole."""
     svc, store = pods()
     tools, mdir = svc.memory_tools("u"), svc.user_agent_dir("u")
     assert tools.save_file("keep.md", doc("the good text", "good")).startswith("Created")
-    _die_after_file_write(store, "keep.md")
+    _die_after(store, "/.manifest.json")
     said = tools.save_file("keep.md", doc("the new text", "new"))
     assert "Nothing was saved" not in said and "may or may not have taken effect" in said, said
     store.clear()
-    assert mdir.manifest().entries["keep.md"].description == "good"  # the index never changed
+    assert "the good text" in mdir.read("keep.md").text  # the file is behind its index until repaired
     if repair == "next save":
         assert tools.save_file("other.md", doc("other")).startswith("Created")
     else:
         mdir.reindex()
-    assert "the good text" in mdir.read("keep.md").text  # the unconfirmed write was undone
-    assert mdir.manifest().entries["keep.md"].description == "good"
+    assert "the new text" in mdir.read("keep.md").text  # the recorded commit was completed
+    assert mdir.manifest().entries["keep.md"].description == "new"
 
 
-def test_store_dying_after_a_new_file_leaves_no_orphan_for_reindex(pods: Pods) -> None:
+def test_store_dying_before_a_new_files_write_is_completed_by_reindex(pods: Pods) -> None:
+    """A new file whose head landed without the file: reindex writes it from the record (it used to
+    adopt an unconfirmed file as if saved; now the index and the file always agree)."""
     svc, store = pods()
     mdir = svc.user_agent_dir("u")
     mdir.save("old.md", doc("old"))
-    _die_after_file_write(store, "new.md")
+    _die_after(store, "/.manifest.json")
     assert "may or may not" in svc.memory_tools("u").save_file("new.md", doc("new"))
     store.clear()
-    manifest = mdir.reindex()  # used to adopt new.md as if it had been saved
-    assert sorted(manifest.entries) == ["old.md"] and not store.exists(mdir.place.key("new.md"))
+    manifest = mdir.reindex()
+    assert sorted(manifest.entries) == ["new.md", "old.md"] and "new" in mdir.read("new.md").text
+
+
+def test_store_dying_right_after_the_file_write_is_a_save_done(pods: Pods) -> None:
+    """Head and file both landed, then the store went away (MEMORY.md and the search index not
+    written): the save is done, it says so, and nothing of it is lost."""
+    svc, store = pods()
+    mdir = svc.user_agent_dir("u")
+    mdir.save("keep.md", doc("the good text", "good"))
+    _die_after(store, "/keep.md")
+    said = svc.memory_tools("u").save_file("keep.md", doc("the new text", "new"))
+    assert said.startswith("Updated"), said
+    store.clear()
+    assert "the new text" in mdir.read("keep.md").text and mdir.manifest().entries["keep.md"].description == "new"
+    assert svc.memory_tools("u").save_file("b.md", doc("b")).startswith("Created")
+    assert "- [build log](keep.md) — new" in store.get(mdir.index_key).data.decode()  # MEMORY.md healed
 
 
 def test_an_index_write_that_landed_but_lost_its_answer_is_reported_done(pods: Pods) -> None:
@@ -215,30 +240,67 @@ def test_an_index_write_that_landed_but_lost_its_answer_is_reported_done(pods: P
 
 
 def test_a_file_write_that_timed_out_after_sending_is_reported_unknown(pods: Pods) -> None:
-    """A PUT that timed out may still be applied by a stalled store later: even after a rollback
-    that looked complete, the save is not reported as "nothing saved"."""
+    """A file PUT that timed out may have been applied (here it was): the save is not reported as
+    done or as "nothing saved", and the next writer finds the file complete (no second write)."""
     svc, store = pods()
     mdir = svc.user_agent_dir("u")
     mdir.save("a.md", doc("before"))
     store.fail_after(on("put_if_match", "/a.md"), times=1)  # landed, but the answer was lost
-    said = svc.memory_tools("u").save_file("a.md", doc("after"))
+    said = svc.memory_tools("u").save_file("a.md", doc("after", "changed"))
     assert "may or may not have taken effect" in said and "Nothing was saved" not in said, said
-    assert "before" in mdir.read("a.md").text  # what could be checked was put back
-    assert store.exists(mdir.intent_key)  # and the record stays for the next writer to check again
+    writes = len([c for c in store.calls.log if c == ("put_if_match", mdir.place.key("a.md"))])
     assert svc.memory_tools("u").save_file("b.md", doc("b")).startswith("Created")
-    assert "before" in mdir.read("a.md").text and mdir.manifest().entries["a.md"].description == "the build log"
+    assert len([c for c in store.calls.log if c == ("put_if_match", mdir.place.key("a.md"))]) == writes
+    assert "after" in mdir.read("a.md").text and mdir.manifest().entries["a.md"].description == "changed"
 
 
-def test_a_failed_index_write_puts_the_file_back(pods: Pods) -> None:
-    """The manifest write fails but the store still answers: the file is put back, nothing changed."""
+def test_a_file_write_refused_after_the_index_is_completed_by_the_next_writer(pods: Pods) -> None:
+    """The file PUT fails outright after the head landed (the store refuses it): the change is
+    recorded, the save says it may not have taken effect, and the next save completes it."""
     svc, store = pods()
     mdir = svc.user_agent_dir("u")
     mdir.save("a.md", doc("before"))
+    store.fail(on(("put_if_match", "put"), "/a.md"), times=1)
+    said = svc.memory_tools("u").save_file("a.md", doc("after", "changed"))
+    assert "may or may not have taken effect" in said, said
+    assert "before" in mdir.read("a.md").text  # behind its index ...
+    assert svc.memory_tools("u").save_file("b.md", doc("b")).startswith("Created")
+    assert "after" in mdir.read("a.md").text  # ... until the next writer completed it
+
+
+def test_a_failed_index_write_changes_nothing(pods: Pods) -> None:
+    """The manifest write (the commit point) fails and the store still answers: no file was
+    written before it, so nothing changed and the save says so."""
+    svc, store = pods()
+    mdir = svc.user_agent_dir("u")
+    mdir.save("a.md", doc("before"))
+    puts = len(store.calls.log)
     store.fail(MANIFEST_WRITE)
     said = svc.memory_tools("u").save_file("a.md", doc("after"))
     assert said.startswith("Error:") and "Nothing was saved" in said
+    assert not any(op.startswith("put") and not key.endswith("/.manifest.json")
+                   for op, key in store.calls.log[puts:])  # nothing else was even tried
     store.clear()
     assert "before" in mdir.read("a.md").text
+
+
+def test_a_store_refusing_connections_at_the_index_write_says_nothing_was_saved(pods: Pods) -> None:
+    """A head PUT that surely never reached the store (connection refused) is a clean failure even
+    though the store cannot be read back to check: nothing was written before it."""
+    svc, store = pods()
+    mdir = svc.user_agent_dir("u")
+    mdir.save("a.md", doc("before"))
+    armed = {"on": False}
+
+    def from_the_head_on(op: str, key: str) -> bool:
+        armed["on"] = armed["on"] or (op.startswith("put") and key.endswith("/.manifest.json"))
+        return armed["on"]
+
+    store.fail(from_the_head_on, StorageUnavailable("connection refused", maybe_applied=False))
+    said = svc.memory_tools("u").save_file("a.md", doc("after"))
+    assert said.startswith("Error:") and "Nothing was saved" in said, said
+    store.clear()
+    assert "before" in mdir.read("a.md").text and mdir.manifest().entries["a.md"].size == len(doc("before"))
 
 
 def test_lease_must_cover_a_store_write_with_retries(make_config: Callable[..., MemoryConfig]) -> None:

@@ -4,11 +4,12 @@ Why the write path looks like this: the manifest is the index of record and is u
 read-modify-write under the place lock (a renewed, checked lease), with a conditional PUT
 (If-Match / create-only) as a second guard where the backend enforces it. Every write — one file
 or many, a delete, a snapshot, an auto-memory update, an import — is one ``PlaceTxn``
-(``memdir/txn.py``): an intent record first, then the files, then the manifest (the commit
-point); if the index update fails, the file writes are rolled back, and if even that fails the
-next transaction undoes them from the intent record (``memdir/intent.py``), so a failed save
-leaves the place as it was. MEMORY.md is re-rendered from the manifest after every change; if
-only that write fails the next change heals it, and readers use the manifest anyway.
+(``memdir/txn.py``): first the manifest head carrying the commit's redo record (the commit point;
+``memdir/redo.py``), then the files, MEMORY.md and the search index side by side. If the head does
+not land, nothing was written and the save failed; if a file does not land after it, the next
+transaction (or ``reindex``) completes the commit from the redo record, so readers never keep a
+half-applied change. MEMORY.md is re-rendered from the manifest after every change; if only that
+write fails the next change heals it, and readers use the manifest anyway.
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ from ..locks import LOCAL_LEASE, Lease, LocalLocker, Locker, RedisLease, RedisLo
 from ..observe import wrap_context
 from ..redis_client import REDIS_ERRORS
 from ..storage.base import ObjectStore, StoredObject
-from . import group, stored
+from . import group, heads, stored
 from . import intent as intents
+from . import redo as redos
 from .index import CappedText, Manifest, ManifestEntry, cap_index, capped_index, parse_index, render_index
 from .model import MemoryFile, parse_memory, utf8_size
 from .txn import ABSENT, PlaceTxn, SaveResult, TxnResult
@@ -169,48 +171,112 @@ class MemoryDir:
 
     @contextlib.contextmanager
     def _transaction(self, prefetch: tuple[str, ...] = (), lease: Lease | None = None, *,
-                     repair: bool = False) -> Iterator[PlaceTxn]:
+                     repair: bool = False, blind: bool = False) -> Iterator[PlaceTxn]:
         """``transaction``; with ``lease``, inside a lock the caller already holds. ``repair``
-        (``reindex``): a manifest that cannot be read (damaged, its base gone) starts as empty."""
+        (``reindex``): a manifest that cannot be read (damaged, its base gone) starts as empty.
+        ``blind``: the block only writes (a save), deciding nothing from the manifest, so this
+        pod's copy of the head may stand in for reading it (``heads.py``): the head's If-Match
+        catches a stale copy and the commit then starts again from the stored head."""
         if lease is None:
             with self.locker.hold(self.place.lock_name()) as held, \
-                    self._transaction(prefetch, held, repair=repair) as txn:
+                    self._transaction(prefetch, held, repair=repair, blind=blind) as txn:
                 yield txn
             return
+        known: dict[str, str] = {}
+        marker, copy = self._recall_head(lease) if blind else (None, None)
         try:
-            manifest, etag, pending, files = self._load_with_intent(prefetch)
+            if copy is not None:  # this pod's copy of the current head: no GET
+                (manifest, known), files, done = copy, {}, copy[0].txn
+                etag = manifest.head_etag
+            else:
+                manifest, etag, files, done = self._load(prefetch, lease, marker=marker)
         except MemoryFormatError as exc:
             if not repair:
                 raise
             log.warning("%s: the manifest cannot be read (%s); rebuilding it from the files", self.place.label, exc)
             head = self.store.get_or_none(self.manifest_key)
-            manifest, etag, pending, files = Manifest(), (head.etag if head else None), intents.load(self), {}
-        if pending is not None:
-            lease.check()
-            intents.resolve(self, pending, manifest.txn, etag, exclusive=lease.exclusive, fence=lease.fence,
-                            min_age=2 * self.limits.lock_ttl_seconds + self.limits.lock_wait_seconds)
+            manifest, etag, files, done = Manifest(version=1), (head.etag if head else None), {}, None
+        completion = self.complete_pending(manifest, lease, done=done)
+        undone = self._resolve_legacy(manifest, etag, lease) if manifest.version < 3 or repair else set()
         txn = PlaceTxn(self, manifest, etag, lease)
-        if pending is None or not any(w.file in files for w in pending.writes):  # else read after the undo
-            txn.seed_reads(files)
+        txn.known_etags = known
+        txn.seed_reads({f: obj for f, obj in files.items() if f not in undone})  # undone: read after the undo
+        if completion is not None:
+            txn.seed_reads(completion.objects)  # what the completed files hold now
         yield txn
         if txn.staged and not txn.aborted:
             txn.commit()
 
-    def _load_with_intent(self, prefetch: tuple[str, ...]
-                          ) -> tuple[Manifest, str | None, intents.Intent | None, dict[str, StoredObject | None]]:
-        """The manifest, the intent record and the ``prefetch`` files, read concurrently when an
-        executor is given."""
+    def _recall_head(self, lease: Lease
+                     ) -> tuple[tuple[str, str] | None, tuple[Manifest, dict[str, str]] | None]:
+        """Where the store enforces conditional writes: the lock's done marker (commit id, head
+        etag), and this pod's copy of the head it names with the file etags known under it
+        (``heads.py``) when the pod holds it. (None, None) when the lock keeps no marker."""
+        last = getattr(lease, "last_done", None)
+        if last is None or not self.store.supports_conditional_put:
+            return None, None
+        marker = last()
+        if marker is None:
+            return ("", ""), None  # asked: the lock has none (no second look in ``_load``)
+        got = heads.recall(self.store, self.place.prefix, marker[1]) if marker[1] else None
+        if got is None or got[0].txn != marker[0]:
+            return marker, None
+        return marker, got
+
+    def _load(self, prefetch: tuple[str, ...], lease: Lease, *, marker: tuple[str, str] | None = None
+              ) -> tuple[Manifest, str | None, dict[str, StoredObject | None], str | None]:
+        """The manifest, the ``prefetch`` files and the lock's done marker (``redo.py``; unless the
+        caller read it: ``marker``), read concurrently when an executor is given. Returns the
+        marker's commit id."""
         names = [validate_filename(f) for f in prefetch]
+        last = None if marker is not None or not lease.fence else getattr(lease, "last_done", None)
+        known = marker[0] or None if isinstance(marker, tuple) else None
         if self.executor is not None:
             # wrap_context: the reads belong to the caller's trace (one copied context per task)
-            pending_future = self.executor.submit(wrap_context(intents.load), self)
+            marker_future = self.executor.submit(wrap_context(last)) if last is not None else None
             file_futures = {n: self.executor.submit(wrap_context(self.store.get_or_none), self.place.key(n))
                             for n in names}
             manifest, etag = self.load_manifest()
-            return manifest, etag, pending_future.result(), {n: f.result() for n, f in file_futures.items()}
+            if marker_future is not None:
+                got = marker_future.result()
+                known = got[0] if got else None
+            return manifest, etag, {n: f.result() for n, f in file_futures.items()}, known
         manifest, etag = self.load_manifest()
         files = {n: self.store.get_or_none(self.place.key(n)) for n in names}
-        return manifest, etag, intents.load(self), files
+        if last is not None:
+            got = last()
+            known = got[0] if got else None
+        return manifest, etag, files, known
+
+    def complete_pending(self, manifest: Manifest, lease: Lease, *, done: str | None = None
+                         ) -> redos.Completion | None:
+        """Complete the redo record of ``manifest``'s head unless it is known done (this pod
+        finished it, or the lock's done marker names it); None when there was nothing to do."""
+        redo = manifest.redo
+        if redo is None or not (redo.writes or redo.deletes):
+            return None
+        prefix = self.place.prefix
+        if done == redo.txid or redos.known_done(self.store, prefix, redo.txid):
+            return None
+        completion = redos.complete(self.store, prefix, redo, executor=self.executor, check=lease.check,
+                                    label=self.place.label)
+        redos.note_done(self.store, prefix, redo.txid)
+        return completion
+
+    def _resolve_legacy(self, manifest: Manifest, etag: str | None, lease: Lease) -> set[str]:
+        """A head written by an earlier release (version < 3) may have left an undo record
+        (``.intent.json``, ``intent.py``): resolve it as that release would have, then remove it.
+        Returns the files it put back."""
+        pending = intents.load(self)
+        if pending is None:
+            return set()
+        lease.check()
+        undone = intents.resolve(self, pending, manifest.txn, etag, exclusive=lease.exclusive, fence=lease.fence,
+                                 min_age=2 * self.limits.lock_ttl_seconds + self.limits.lock_wait_seconds)
+        if pending.txid == manifest.txn:  # history: that commit happened
+            with contextlib.suppress(StorageError):
+                self.store.delete(self.intent_key)
+        return {w.file for w in pending.writes} if undone else set()
 
     def save(self, file: str, content: str, *, expect: str | None = None) -> SaveResult:
         """Write a memory file (create or overwrite) and its index entry, atomically as a unit.
@@ -307,7 +373,7 @@ class MemoryDir:
         holder it takes waiting saves into the same commit (``handoff``). ``redo``: the save's
         proposal was taken by a holder that stopped — a file already holding exactly this text is
         reported saved without a write."""
-        with self._transaction((file,), lease) as txn:
+        with self._transaction((file,), lease, blind=not redo) as txn:
             entry = txn.manifest.entries.get(file)
             ours = False
             if redo:
@@ -346,7 +412,7 @@ class MemoryDir:
         meanwhile (or within ``DRAIN_WAIT``), up to ``DRAIN_ROUNDS`` more commits, so a busy place
         is not handed from writer to writer between every batch (each hand-over waits for the next
         writer's poll). Each round starts from the manifest the previous one committed (no GETs:
-        this holder wrote it and its intent record), and MEMORY.md and the search index are
+        this holder wrote it and completed its redo record), and MEMORY.md and the search index are
         brought up to date once, after the last round (a holder that dies between rounds leaves
         them behind until the next commit, which renders them again). Never fails our own,
         committed save; our caller waits for these rounds."""
@@ -375,7 +441,7 @@ class MemoryDir:
         except Exception as exc:  # the waiters are answered (or redo theirs); ours is done
             log.info("group commit on %s: a further round stopped (%s)", self.place.label, exc)
         if written:
-            self._put_index(manifest)
+            self.put_index(manifest)
             after_commit(self, manifest, written, [], False, since)
 
     def save_memory(self, file: str, memory: MemoryFile) -> SaveResult:
@@ -384,8 +450,9 @@ class MemoryDir:
     def save_many(self, items: list[tuple[str, str]]) -> list[SaveResult]:
         """Write many memory files with ONE index update (imports, snapshots, seeding).
 
-        Everything is validated before the first write; if the index update fails, every file
-        written here is rolled back, so the place is either fully updated or unchanged.
+        Everything is validated before the first write; the index update (the head, carrying the
+        redo record) is the commit point, so the place is either fully updated (the files follow,
+        completed by the next writer if this one stops) or unchanged.
         """
         checked = [(validate_filename(f), c) for f, c in items]
         for _, content in checked:
@@ -483,10 +550,14 @@ class MemoryDir:
             fresh: dict[str, ManifestEntry] = {}
             memories: dict[str, MemoryFile] = {}
             bases: list[str] = []
+            leftovers: list[str] = []  # redo texts and undo records of commits long resolved
             for info in self.store.list(self.place.prefix):
                 rel = self.place.filename_of(info.key)
                 if stored.is_base_name(rel):
                     bases.append(rel)
+                    continue
+                if redos.is_object_name(rel) or rel == INTENT_FILE:
+                    leftovers.append(info.key)
                     continue
                 if rel == INDEX_FILE or any(p.startswith(".") for p in rel.split("/")):
                     continue  # the index, the manifest, state and intent records
@@ -522,35 +593,45 @@ class MemoryDir:
             for name in bases:  # left by commits that failed after writing their base
                 if name not in keep:
                     self._drop_base(name[len(".manifest."):-len(".json")])
+            for failure in self.store.delete_many(leftovers) if leftovers else []:
+                log.info("reindex %s: %s not removed (%s)", self.place.label, failure.key, failure.message)
         self.last_skipped = skipped
         return manifest
 
     # -- internals ------------------------------------------------------------------------
     def commit_manifest(self, mutate: Callable[[Manifest], object],
                         start: tuple[Manifest, str | None] | None = None, lease: Lease = LOCAL_LEASE, *,
-                        compact: bool = False, after: Callable[[Manifest], None] | None = None,
-                        changes: tuple[list[str], list[str]] | None = None, views: bool = True) -> Manifest:
-        """Read-modify-write the manifest's head (conditional PUT; ``stored.py``), then re-render
-        MEMORY.md (its unchanged lines come from the pod's render of the base) and run ``after``
-        (the search index's update) — side by side, once the head has landed: a commit that
-        fails never shows in either.
+                        compact: bool = False, changes: tuple[list[str], list[str]] | None = None,
+                        refresh: Callable[[Manifest], None] | None = None) -> Manifest:
+        """Read-modify-write the manifest's head (conditional PUT; ``stored.py``): the commit point.
+        Nothing else is written before it but objects nothing reads until the head names them (a
+        new base when it compacts, the redo texts of a big batch), so a head that does not land
+        leaves the place as it was.
 
-        Only ``PlaceTxn.commit`` calls this (it holds the place lock). ``start`` is the manifest
-        (and its etag) read under that lock, saving one GET; on a conflict (another pod writing
-        while locks are degraded, Redis down) it is read again and retried with jittered back-off
-        for up to ``lock_wait_seconds``, so an outage slows saves instead of failing them.
-        The head carries only the entries changed since the place's base — ``changes`` (files
-        written, files removed) when the caller knows them, else found by identity (entries are
-        replaced, never changed in place) — so a save PUTs O(changed) manifest bytes.
+        Only ``PlaceTxn.commit`` calls this (it holds the place lock) and then writes the files and
+        views. ``start`` is the manifest (and its etag) read under that lock, saving one GET; on a
+        conflict (another pod writing while locks are degraded, Redis down) it is read again,
+        ``refresh`` brings the transaction up to date with it (completing that pod's commit first),
+        and the PUT is retried with jittered back-off for up to ``lock_wait_seconds``, so an outage
+        slows saves instead of failing them. The head carries only the entries changed since the
+        place's base — ``changes`` (files written, files removed) when the caller knows them, else
+        found by identity (entries are replaced, never changed in place) — so a save PUTs
+        O(changed) manifest bytes.
         """
         deadline = time.monotonic() + self.limits.lock_wait_seconds
         pause = 0.01
         attempt = 0
         prefix = self.place.prefix
+        redo_object: str | None = None  # the redo texts' object, once written (same name on every try)
         while True:
             attempt += 1
-            manifest, etag = start if start is not None else self.load_manifest()
-            start = None
+            if start is not None:
+                manifest, etag = start
+                start = None
+            else:
+                manifest, etag = self.load_manifest()
+                if refresh is not None:
+                    refresh(manifest)
             if changes is not None:  # the caller knows what it changes: O(changed)
                 written, removed = changes
                 gone = [f for f in removed if f in manifest.entries]
@@ -567,8 +648,9 @@ class MemoryDir:
             manifest.updated_at = time.time()
             plan = stored.plan(manifest, compact=compact)
             lease.check()
-            if plan.base is not None:  # a new key nothing reads until the head names it
-                self.store.put(prefix + stored.base_name(plan.base[0]), plan.base[1], content_type=stored.JSON)
+            self._put_new_objects(plan, redo_object)
+            if plan.redo_object is not None:
+                redo_object = plan.redo_object[0]
             try:
                 if etag is None:
                     manifest.head_etag = self.store.put_if_absent(self.manifest_key, plan.head,
@@ -581,31 +663,41 @@ class MemoryDir:
                 if plan.base is not None:
                     self._drop_base(plan.base[0])
                 if attempt >= COMMIT_ATTEMPTS and time.monotonic() + pause > deadline:
+                    if redo_object is not None:
+                        redos.drop_object(self.store, prefix, redo_object)
                     raise StorageError(f"the index of {self.place.label} kept changing under us for "
                                        f"{self.limits.lock_wait_seconds:g}s; try again") from None
                 time.sleep(pause * (0.5 + random.random()))
                 pause = min(pause * 2, 0.5)
-            except StorageError as exc:  # a head that surely did not land takes its new base with it
-                if plan.base is not None and not getattr(exc, "maybe_applied", True):
-                    self._drop_base(plan.base[0])
+            except StorageError as exc:  # a head that surely did not land takes its new objects with it
+                if not getattr(exc, "maybe_applied", True):
+                    if plan.base is not None:
+                        self._drop_base(plan.base[0])
+                    if redo_object is not None:
+                        redos.drop_object(self.store, prefix, redo_object)
                 raise
         if plan.base is not None:
             stored.adopt(self.store, prefix, manifest)
         if plan.retired is not None:
             self._drop_base(plan.retired)
-        if not views:  # the caller renders them once for several commits (group commit rounds)
-            return manifest
-        if after is not None and self.executor is not None:
-            future = self.executor.submit(wrap_context(after), manifest)
-            self._put_index(manifest)
-            future.result()
-        else:
-            self._put_index(manifest)
-            if after is not None:
-                after(manifest)
         return manifest
 
-    def _put_index(self, manifest: Manifest) -> None:
+    def _put_new_objects(self, plan: stored.Plan, redo_written: str | None) -> None:
+        """The objects a head will name, before it: a new base, the redo texts (side by side)."""
+        puts: list[tuple[str, bytes]] = []
+        if plan.base is not None:
+            puts.append((self.place.prefix + stored.base_name(plan.base[0]), plan.base[1]))
+        if plan.redo_object is not None and plan.redo_object[0] != redo_written:
+            puts.append((self.place.prefix + plan.redo_object[0], plan.redo_object[1]))
+        if self.executor is not None and len(puts) > 1:
+            for future in [self.executor.submit(wrap_context(self.store.put), k, d, content_type=stored.JSON)
+                           for k, d in puts]:
+                future.result()
+        else:
+            for key, data in puts:
+                self.store.put(key, data, content_type=stored.JSON)
+
+    def put_index(self, manifest: Manifest) -> None:
         """PUT MEMORY.md rendered from ``manifest``. A failure is logged: the manifest is the index
         of record and the next commit renders MEMORY.md again."""
         try:

@@ -91,6 +91,7 @@ class Handoff:
         self.limit = limit
         self.list_key, self._answer_prefix = locker.handoff_keys(name)
         _, self._queue_key, self._seen_key, _ = locker.keys(name)
+        self._wake_prefix = locker.wake_prefix(name)
 
     def answer_key(self, proposal_id: str) -> str:
         return self._answer_prefix + proposal_id
@@ -143,9 +144,12 @@ class Handoff:
             key = self.answer_key(proposal.id)
             pipe.rpush(key, answer.to_bytes())
             pipe.pexpire(key, ANSWER_TTL_MS)
-            if proposal.token:  # answered: no longer waiting for the lock
+            if proposal.token:  # answered: no longer waiting for the lock; wake it up
                 pipe.zrem(self._queue_key, proposal.token)
                 pipe.zrem(self._seen_key, proposal.token)
+                wake = self._wake_prefix + proposal.token
+                pipe.rpush(wake, b"1")
+                pipe.pexpire(wake, 10_000)
         pipe.execute()
 
     def pending(self) -> int:

@@ -28,8 +28,10 @@ from typing import Any
 
 from ..errors import MemoryFormatError
 from .model import MemoryFile, MemoryType, clean_line
+from .redo import Redo
 
-MANIFEST_VERSION = 2
+#: 3: the head carries the redo record of its commit (``redo.py``); 2: head + base; 1: one object.
+MANIFEST_VERSION = 3
 # Frontmatter keys copied into the manifest so readers need not open the file.
 MANIFEST_EXTRA_KEYS = ("confidence", "category", "source", "source_error", "created", "updated", "tags",
                        "confirmed", "confirmations", "expires")
@@ -80,9 +82,15 @@ class Manifest:
     updated_at: float = 0.0
     #: Free-form state kept beside the entries (snapshot sync info, auto-memory profile, ...).
     meta: dict[str, Any] = field(default_factory=dict)
-    #: Id of the last commit that wrote files: the commit point of its intent record
-    #: (``intent.py``). Not in ``meta``, so exports and imports never carry it.
+    #: Id of the commit that wrote this head (with files or removals: its redo record's id).
+    #: Not in ``meta``, so exports and imports never carry it.
     txn: str = ""
+    #: What the commit of this head writes after it (``redo.py``): the next holder completes it
+    #: unless it is known done. None: that commit wrote no file.
+    redo: Redo | None = field(default=None, repr=False)
+    #: The manifest version of the head this was read from (< 3: written by an earlier release,
+    #: whose undo record ``.intent.json`` may still need resolving).
+    version: int = field(default=MANIFEST_VERSION, repr=False, compare=False)
     #: The stored form this manifest was loaded from (``stored.py``): the base generation it
     #: stands on (None: all entries inline in the head), the base's files in order, and the
     #: changes since that base (file -> entry, None when removed) that the head carries.
@@ -145,13 +153,15 @@ class Manifest:
 
     def to_bytes(self) -> bytes:
         """Every entry in one JSON object (the inline head; also a portable full copy)."""
-        payload = {
+        payload: dict[str, Any] = {
             "version": MANIFEST_VERSION,
             "updated_at": self.updated_at,
             "meta": self.meta,
             "txn": self.txn,
             "entries": [e.to_dict() for e in self.sorted_entries()],
         }
+        if self.redo is not None:
+            payload["redo"] = self.redo.to_json(inline=self.redo.object is None)
         return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
     @classmethod

@@ -8,7 +8,10 @@ tool's annotations survive a round trip.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import datetime as dt
+import functools
 import unicodedata
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -84,8 +87,27 @@ def split_frontmatter(text: str) -> tuple[str | None, str]:
     )
 
 
+#: Texts up to this long are remembered parsed (a save parses its text in the tool, in the memdir
+#: and again in the lock holder's commit; YAML is the costly part). Bounded: ``_PARSED``.
+_CACHE_CHARS = 16_384
+
+
 def parse_memory(text: str) -> MemoryFile:
-    """Parse and validate a memory file; raise MemoryFormatError saying what to fix."""
+    """Parse and validate a memory file; raise MemoryFormatError saying what to fix. A text seen
+    lately is not parsed again; the caller gets its own copy (``extra`` may be changed)."""
+    if len(text) > _CACHE_CHARS:
+        return _parse(text)
+    parsed = _parsed(text)
+    return dataclasses.replace(parsed, extra=copy.deepcopy(parsed.extra)) if parsed.extra else \
+        dataclasses.replace(parsed, extra={})
+
+
+@functools.lru_cache(maxsize=512)
+def _parsed(text: str) -> MemoryFile:
+    return _parse(text)
+
+
+def _parse(text: str) -> MemoryFile:
     utf8_size(text)  # first: every later step (YAML, example checks, the store) needs encodable text
     front_text, body = split_frontmatter(text)
     if front_text is None:

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import MemoryFormatError, ObjectNotFound
 from .index import MANIFEST_VERSION, Manifest, ManifestEntry, entry_from_dict
+from .redo import Redo
 
 if TYPE_CHECKING:
     from ..storage.base import ObjectStore
@@ -89,7 +90,11 @@ def parse_head(data: bytes) -> Head:
         payload = json.loads(data.decode("utf-8"))
         meta = payload.get("meta") or {}
         manifest = Manifest(updated_at=float(payload.get("updated_at", 0.0)),
-                            meta=meta if isinstance(meta, dict) else {}, txn=str(payload.get("txn") or ""))
+                            meta=meta if isinstance(meta, dict) else {}, txn=str(payload.get("txn") or ""),
+                            version=int(payload.get("version", 1)))
+        redo = payload.get("redo")
+        if redo is not None:
+            manifest.redo = Redo.from_json(redo)
         raw = payload.get("entries", [])
         if isinstance(raw, list):
             manifest.entries = {e.file: e for e in map(entry_from_dict, raw)}
@@ -137,7 +142,7 @@ def head_bytes(manifest: Manifest) -> bytes:
     """The based head of ``manifest`` (its ``base`` and ``delta``)."""
     changed = [_row(e) for f, e in sorted(manifest.delta.items()) if e is not None]
     removed = sorted(f for f, e in manifest.delta.items() if e is None)
-    payload = {"version": MANIFEST_VERSION, "updated_at": manifest.updated_at, "meta": manifest.meta,
+    payload: dict[str, Any] = {"version": MANIFEST_VERSION, "updated_at": manifest.updated_at, "meta": manifest.meta,
                "txn": manifest.txn, "count": len(manifest.entries),
                "base": {"gen": manifest.base, "prev": manifest.prev_base},
                "entries": {"changed": changed, "removed": removed}}
@@ -228,35 +233,66 @@ def load(store: ObjectStore, prefix: str, head_key: str) -> tuple[Manifest, str 
 # -- the write side -----------------------------------------------------------------------------
 @dataclass(slots=True)
 class Plan:
-    """What one commit PUTs: the head, and a new base first when it compacts."""
+    """What one commit PUTs: the head, and first a new base when it compacts and the redo
+    record's texts when they are too big for the head (``redo.py``)."""
 
     head: bytes
     base: tuple[str, bytes] | None = None  # (gen, bytes)
     #: A base no head refers to any more, removed after the commit.
     retired: str | None = None
+    #: (object name, bytes) of the redo texts kept out of the head.
+    redo_object: tuple[str, bytes] | None = None
+
+
+def with_redo(head: bytes, manifest: Manifest) -> bytes:
+    """``head`` (a JSON object without a redo member) with ``manifest.redo`` spliced in."""
+    redo = manifest.redo
+    if redo is None:
+        return head
+    part = json.dumps(redo.to_json(inline=redo.object is None), ensure_ascii=False, separators=(",", ":"))
+    return head[:-1] + b',"redo":' + part.encode("utf-8") + b"}"
 
 
 def plan(manifest: Manifest, *, compact: bool = False) -> Plan:
     """Choose the stored form for ``manifest`` (its ``delta`` already noted) and make the bytes.
     ``manifest``'s stored-form fields are updated to what the commit will leave. ``compact``: a
-    based manifest gets a new base now (``reindex``); an inline one stays inline if it fits."""
-    if manifest.base is None:
-        data = manifest.to_bytes()
-        if len(data) <= INLINE_MAX_BYTES:
-            manifest.delta = {}
-            return Plan(head=data)
-    elif not compact and len(manifest.delta) <= DELTA_MAX_ENTRIES:
-        data = head_bytes(manifest)
-        if len(data) <= DELTA_MAX_BYTES:
-            return Plan(head=data)
-    # compaction: a new base holding everything, and a head standing on it with no changes
-    gen = secrets.token_hex(8)
-    files = list(manifest.sorted_files())
-    data = base_bytes(manifest, gen, files)
-    retired = manifest.prev_base
-    manifest.prev_base, manifest.base = manifest.base, gen
-    manifest.base_files, manifest.base_set, manifest.delta = files, frozenset(files), {}
-    return Plan(head=head_bytes(manifest), base=(gen, data), retired=retired)
+    based manifest gets a new base now (``reindex``); an inline one stays inline if it fits.
+    The form is chosen on the entries alone: the redo record rides along either way (its texts in
+    the head while they are small, else in an object of their own)."""
+    from . import redo as redos
+
+    redo, redo_object = manifest.redo, None
+    if redo is not None:
+        if redo.texts and redo.text_bytes > redos.INLINE_TEXT_BYTES:
+            redo.object = redos.object_name(redo.txid)
+            redo_object = (redo.object, redo.texts_to_bytes())
+        else:
+            redo.object = None
+    manifest.redo = None  # measured and written without it, spliced in below
+    try:
+        if manifest.base is None:
+            data = manifest.to_bytes()
+            if len(data) <= INLINE_MAX_BYTES:
+                manifest.delta = {}
+                manifest.redo = redo
+                return Plan(head=with_redo(data, manifest), redo_object=redo_object)
+        elif not compact and len(manifest.delta) <= DELTA_MAX_ENTRIES:
+            data = head_bytes(manifest)
+            if len(data) <= DELTA_MAX_BYTES:
+                manifest.redo = redo
+                return Plan(head=with_redo(data, manifest), redo_object=redo_object)
+        # compaction: a new base holding everything, and a head standing on it with no changes
+        gen = secrets.token_hex(8)
+        files = list(manifest.sorted_files())
+        data = base_bytes(manifest, gen, files)
+        retired = manifest.prev_base
+        manifest.prev_base, manifest.base = manifest.base, gen
+        manifest.base_files, manifest.base_set, manifest.delta = files, frozenset(files), {}
+        head = head_bytes(manifest)
+        manifest.redo = redo
+        return Plan(head=with_redo(head, manifest), base=(gen, data), retired=retired, redo_object=redo_object)
+    finally:
+        manifest.redo = redo
 
 
 def adopt(store: ObjectStore, prefix: str, manifest: Manifest) -> None:
@@ -275,4 +311,4 @@ def remove_base(store: ObjectStore, prefix: str, gen: str) -> None:
 
 __all__ = ["CACHE_BASES", "DELTA_MAX_BYTES", "DELTA_MAX_ENTRIES", "INLINE_MAX_BYTES", "Base", "Head", "Plan",
            "adopt", "base_bytes", "base_name", "clear_cache", "fetch_base", "head_bytes", "is_base_name", "load",
-           "on_base", "parse_base", "parse_head", "plan", "remember", "remove_base"]
+           "on_base", "parse_base", "parse_head", "plan", "remember", "remove_base", "with_redo"]

@@ -3,31 +3,31 @@ commit, under one place lock.
 
 Every writer goes through it: the tools' save / replace / delete, ``save_many``, snapshot apply,
 auto-memory updates, bundle imports and ``reindex``. So there is exactly one place where the
-order of writes, the rollback and the manifest commit are decided, and the reliability rules
-(leases, intent records, conditional writes) are enforced once.
+order of writes and the manifest commit are decided, and the reliability rules (leases, the
+redo record, conditional writes) are enforced once.
 
 A transaction, inside ``MemoryDir.transaction()`` (which holds the place lock):
 
-1. reads the manifest (and its etag) once;
-2. lets the caller read files (``read``; cached, and kept as the rollback copy), stage writes
-   (``write``, with an optional create-only / if-match expectation), deletions (``delete``),
-   manifest changes (``mutate``: meta, created times) and state files (``put_state``:
-   ``.snapshot-synced.json``, ``.auto-state.json``);
-3. on ``commit``: checks expectations, the place's file limit and file-vs-folder names; writes
-   the intent record (``intent.py``: what each file held before); PUTs the staged files, each
-   conditional on the version read (If-Match / create-only where the backend enforces it;
-   concurrently when an executor is given); commits the manifest once, stamped with the
-   transaction id (``Manifest.txn``) (conditional PUT, retried with back-off within the lock-wait budget); re-renders
-   MEMORY.md; then removes the deleted files' objects and writes the state files.
+1. reads the manifest head (and its etag) once — and first completes the redo record of the
+   commit that wrote that head, when it is not known to be complete (``redo.py``);
+2. lets the caller read files (``read``; cached), stage writes (``write``, with an optional
+   create-only / if-match expectation), deletions (``delete``), manifest changes (``mutate``:
+   meta, created times) and state files (``put_state``: ``.snapshot-synced.json``,
+   ``.auto-state.json``);
+3. on ``commit``: reads the version of each listed file it writes that it has not read (their
+   etags are the write conditions), checks expectations, the place's file limit and
+   file-vs-folder names; PUTs the manifest head carrying the redo record (conditional on the
+   version read; **the commit point**); then, side by side, PUTs the files (each conditional on
+   the version it replaces where the backend enforces it), MEMORY.md and the search index, and
+   removes the deleted files' objects; then writes the state files.
 
-The place lock is a lease: ``lease.check()`` runs before the intent, the files and the manifest,
-so a holder that stalled past its lease stops before writing over the next holder's work
-(``LeaseLost``). If a file PUT or the manifest commit fails, every file already written is put
-back as it was (or removed if it was new) and the error is raised: readers see the place as
-before. If putting back fails too (the store went away), or the manifest PUT's outcome cannot be
-read back, ``OutcomeUnknown`` is raised and the intent record makes the next writer finish or
-undo the change. Objects are deleted only after the manifest no longer lists them, so a failed
-commit never loses a file.
+The place lock is a lease: ``lease.check()`` runs before the head and before the file writes, so
+a holder that stalled past its lease stops before writing over the next holder's work
+(``LeaseLost``). If the head PUT fails, nothing was written and the error is raised: readers see
+the place as before. If the head PUT's outcome cannot be read back, or a file PUT fails after the
+head landed, ``OutcomeUnknown`` is raised: the change is recorded in the head, and the next
+writer (or ``reindex``) completes it from there. Objects are deleted only after the manifest no
+longer lists them, so a failed commit never loses a file.
 """
 
 from __future__ import annotations
@@ -52,10 +52,12 @@ from ..errors import (
 from ..layout import INTENT_FILE, MANIFEST_FILE, validate_filename
 from ..locks import LOCAL_LEASE, Lease
 from ..observe import wrap_context
-from ..storage.base import StoredObject
+from ..storage.base import DeleteFailure, ObjectStore, StoredObject
+from . import heads
+from . import redo as redos
 from .index import Manifest, ManifestEntry
-from .intent import Intent, IntentWrite, md5_hex
 from .model import MemoryFile
+from .redo import Redo, RedoWrite, md5_hex
 
 if TYPE_CHECKING:
     from .directory import MemoryDir
@@ -64,7 +66,6 @@ log = logging.getLogger(__name__)
 
 #: ``write(..., expect=ABSENT)``: create only.
 ABSENT = "absent"
-_UNREAD = object()
 MARKDOWN = "text/markdown; charset=utf-8"
 
 
@@ -92,6 +93,7 @@ class TxnResult:
 class _Write:
     file: str
     memory: MemoryFile
+    text: str
     data: bytes
     expect: str | None
     created_at: float | None
@@ -106,7 +108,6 @@ def is_state_file(name: str) -> bool:
     return bool(_STATE_NAME.fullmatch(name)) and name not in (MANIFEST_FILE, INTENT_FILE)
 
 
-
 class PlaceTxn:
     """Staged changes to one place; only ``MemoryDir.transaction()`` makes one (lock held)."""
 
@@ -119,9 +120,10 @@ class PlaceTxn:
         #: The place lock's lease, checked before every write.
         self.lease = lease
         self.txid = secrets.token_hex(8)
-        #: A file PUT timed out after it may have been sent: it could still land later.
-        self._maybe_landed = False
         self._reads: dict[str, StoredObject | None] = {}
+        #: Files the caller read (``read``/``prefetch``): a write of one of them is derived from
+        #: what was read, so it cannot simply be re-aimed at a newer version (``_refresh``).
+        self._caller_read: set[str] = set()
         self._writes: dict[str, _Write] = {}
         self._deletes: list[str] = []
         self._raw_deletes: list[str] = []
@@ -130,7 +132,14 @@ class PlaceTxn:
         self._state_deletes: set[str] = set()
         self._clear_entries = False
         self._compact = False
-        #: A commit was tried and failed (rolled back): the transaction is over.
+        self._results: list[SaveResult] = []
+        self._redo: Redo | None = None
+        #: file -> the etag it has now, known without reading it (``heads.py``: this pod wrote or
+        #: read it under the head this transaction started from).
+        self.known_etags: dict[str, str] = {}
+        #: file -> the version each written file replaces (None: absent), at commit.
+        self._priors: dict[str, str | None] = {}
+        #: A commit was tried and failed: the transaction is over.
         self.aborted = False
         #: Leave MEMORY.md and the search index to the caller (group commit renders them once
         #: after several commits).
@@ -141,17 +150,24 @@ class PlaceTxn:
     def read(self, file: str) -> StoredObject | None:
         """The file's current object (None when absent), read once per transaction."""
         file = validate_filename(file)
+        self._caller_read.add(file)
         if file not in self._reads:
             self._reads[file] = self.dir.store.get_or_none(self.dir.place.key(file))
         return self._reads[file]
 
-    def seed_reads(self, found: dict[str, StoredObject | None]) -> None:
+    def seed_reads(self, found: Mapping[str, StoredObject | None]) -> None:
         """Files already read under this lock (``MemoryDir.transaction(prefetch=...)``)."""
         self._reads.update(found)
 
     def prefetch(self, files: list[str]) -> None:
         """Read several files at once (concurrently with the place's executor)."""
-        todo = [validate_filename(f) for f in files if validate_filename(f) not in self._reads]
+        self._caller_read.update(validate_filename(f) for f in files)
+        self._fetch(files)
+
+    def _fetch(self, files: list[str], *, again: bool = False) -> None:
+        todo = list(dict.fromkeys(validate_filename(f) for f in files))
+        if not again:
+            todo = [f for f in todo if f not in self._reads]
         if not todo:
             return
         store, place = self.dir.store, self.dir.place
@@ -174,7 +190,7 @@ class PlaceTxn:
         memory = self.dir.check_content(content)  # also refuses text that cannot be UTF-8
         if file in self._writes:
             raise MemoryFormatError(f"the same file name appears twice in one batch: {file}")
-        self._writes[file] = _Write(file, memory, content.encode("utf-8"), expect, created_at)
+        self._writes[file] = _Write(file, memory, content, content.encode("utf-8"), expect, created_at)
         if file in self._deletes:
             self._deletes.remove(file)
 
@@ -251,102 +267,147 @@ class PlaceTxn:
     def _commit(self) -> TxnResult:
         d = self.dir
         writes = list(self._writes.values())
-        self.prefetch([w.file for w in writes])
-        self._check(writes)
-        now = time.time()
-        results: list[SaveResult] = []
-        for w in writes:
-            prior = self.manifest.entries.get(w.file)
-            created = w.created_at if w.created_at is not None else (prior.created_at if prior else None)
-            entry = ManifestEntry.from_memory(w.file, w.memory, len(w.data), created_at=created, now=now)
-            results.append(SaveResult(w.file, self._reads.get(w.file) is None, entry))
-        written: dict[str, str | None] = {}  # file -> etag of what we wrote (None: PUT sent, no answer)
-        mutate = self._apply_to(results, stamp=bool(writes))
-        self.lease.check(strict=True)  # once per commit: is the lock still ours in Redis itself?
-        if writes:
-            self._write_intent(writes)
+        self._read_priors(writes)
+        self._check(self.manifest, writes)
+        self._plan(self.manifest, writes)
+        self._begin()  # once per commit: is the lock still ours in Redis itself?
         try:
-            self._put_files(writes, written)
-            manifest = d.commit_manifest(mutate, start=(self.manifest, self.etag), lease=self.lease,
-                                         compact=self._compact, views=not self.defer_views,
-                                         after=None if self.defer_views else self._search_after(writes),
-                                         changes=None if self._mutations or self._clear_entries
-                                         else ([w.file for w in writes], list(self._deletes)))
+            manifest = d.commit_manifest(
+                self._apply, start=(self.manifest, self.etag), lease=self.lease, compact=self._compact,
+                changes=None if self._mutations or self._clear_entries
+                else ([w.file for w in writes], list(self._deletes)),
+                refresh=self._refresh)
         except BaseException as exc:
-            manifest = self._recover(exc, written, bool(writes))
-        out = TxnResult(saved=results, manifest=manifest)
-        self._finish(out)
+            manifest = self._head_outcome(exc)
+        out = TxnResult(saved=list(self._results), manifest=manifest)
+        self._after_head(out, writes)
         self.committed = out
         return out
 
-    def _search_after(self, writes: list[_Write]) -> Callable[[Manifest], None]:
-        """SEARCH INDEX: the one call, made with the manifest the commit wrote (``after_commit``
-        never raises). ``since``: the manifest version this transaction started from, while the
-        commit is its first try (a retried one re-read the manifest: no shortcut then)."""
-        from ..search.place import after_commit
+    def _begin(self) -> None:
+        """The strict lease check before the first write (it also withdraws the lock's done
+        marker: the head is about to change)."""
+        begin = getattr(self.lease, "begin_commit", None)
+        if begin is not None:
+            begin()
+        else:
+            self.lease.check(strict=True)
 
-        written = {w.file: w.memory for w in writes}
-        deletes, cleared, started = list(self._deletes), self._clear_entries, self._started_version
-
-        def run(manifest: Manifest) -> None:
-            first = self.manifest is manifest
-            after_commit(self.dir, manifest, written, deletes, cleared, started if first else None)
-
-        return run
-
-    def _write_intent(self, writes: list[_Write]) -> None:
-        """The write-ahead record (``intent.py``); if it fails nothing has changed yet."""
-        rows = []
+    def _read_priors(self, writes: list[_Write], manifest: Manifest | None = None) -> None:
+        """The version each written file replaces (its etag is the write's condition). A name the
+        manifest does not list is taken as absent without a GET: it is created write-if-absent,
+        and an unlisted object found there after all (not a memory) is replaced then. A listed file
+        whose etag this pod knows (``known_etags``) is not read either, unless the write has an
+        expectation to check against what is really there."""
+        listed = (manifest or self.manifest).entries
+        fetch = []
         for w in writes:
-            previous = self._reads.get(w.file)
-            rows.append(IntentWrite(w.file, previous.data if previous is not None else None, md5_hex(w.data)))
-        intent = Intent(self.txid, self.lease.fence, time.time(), rows, base=self.etag)
-        self.dir.store.put(self.dir.intent_key, intent.to_bytes(), content_type="application/json")
+            if w.file in self._reads:
+                continue
+            if w.file not in listed:
+                self._reads[w.file] = None
+            elif w.expect is None and w.file in self.known_etags:
+                continue
+            else:
+                fetch.append(w.file)
+        self._fetch(fetch)
+        for w in writes:
+            if w.file in self._reads:
+                obj = self._reads[w.file]
+                self._priors[w.file] = obj.etag if obj is not None else None
+            else:
+                self._priors[w.file] = self.known_etags[w.file]
 
-    def _recover(self, exc: BaseException, written: dict[str, str | None], stamped: bool) -> Manifest:
-        """After a failed commit: return the manifest if it did commit after all, else put the
-        written files back and re-raise ``exc`` — or raise OutcomeUnknown when neither is sure.
+    def _plan(self, manifest: Manifest, writes: list[_Write]) -> None:
+        """The entries and the redo record of this commit, from the reads as they are now."""
+        now = time.time()
+        results: list[SaveResult] = []
+        for w in writes:
+            prior = manifest.entries.get(w.file)
+            created = w.created_at if w.created_at is not None else (prior.created_at if prior else None)
+            entry = ManifestEntry.from_memory(w.file, w.memory, len(w.data), created_at=created, now=now)
+            results.append(SaveResult(w.file, self._priors.get(w.file) is None, entry))
+        self._results = results
+        gone = [f for f in self._deletes if f not in self._writes]
+        self._redo = None
+        if writes or gone or self._raw_deletes:
+            rows = [RedoWrite(w.file, md5_hex(w.data), self._priors.get(w.file)) for w in writes]
+            self._redo = Redo(self.txid, self.lease.fence, now, rows, gone, {w.file: w.text for w in writes})
 
-        Unsure means: the store could not be read back, a file could not be put back, or a
-        request that timed out after it may have been sent (a stalled store applies it later) —
-        then the intent record stays for the next writer, and the caller is told."""
-        ambiguous = stamped and not isinstance(exc, PreconditionFailed | LeaseLost | MemoryFormatError) \
-            and isinstance(exc, StorageError)
-        if ambiguous:  # the manifest PUT may have landed although it reported a failure
-            try:
-                current, _ = self.dir.load_manifest()
-            except StorageError:
+    def _apply(self, m: Manifest) -> None:
+        m.txn = self.txid  # read back after an unclear head PUT: did it land?
+        m.redo = self._redo
+        if self._clear_entries:
+            m.entries.clear()
+        for file in self._deletes:
+            m.entries.pop(file, None)
+        for r in self._results:
+            m.entries[r.file] = r.entry
+        for fn in self._mutations:
+            fn(m)
+
+    def _refresh(self, manifest: Manifest) -> None:
+        """The head changed under us (another pod wrote while the pods could not exclude each
+        other, e.g. Redis down): before trying again on ``manifest``, complete its commit, read
+        the written files again and check the expectations anew. A write derived from a file
+        the caller read that has changed since is refused (``WriteConflict``, retryable): the
+        operation must be redone from the new text."""
+        self.dir.complete_pending(manifest, self.lease)
+        writes = list(self._writes.values())
+        before = {w.file: self._priors.get(w.file) for w in writes}
+        self.known_etags = {}
+        for w in writes:  # read again: the pod's knowledge was of the head that is gone
+            self._reads.pop(w.file, None)
+        self._read_priors(writes, manifest)
+        for w in writes:
+            if w.file in self._caller_read and before[w.file] != self._priors.get(w.file):
+                raise WriteConflict(f"{w.file} changed since it was read; read it again",
+                                    retryable=self._still_held())
+        self._check(manifest, writes)
+        self._plan(manifest, writes)
+
+    def _head_outcome(self, exc: BaseException) -> Manifest:
+        """The head PUT failed: nothing of this commit was written, so ``exc`` is raised — unless
+        the head landed after all (read back: it carries our txid; the commit goes on) or that
+        cannot be known (the PUT may still land, or the head cannot be read): ``OutcomeUnknown``.
+        A refusal (condition, lease, content) is certain: nothing landed."""
+        if isinstance(exc, PreconditionFailed | LeaseLost | MemoryFormatError) or not isinstance(exc, StorageError):
+            raise exc
+        maybe = isinstance(exc, StorageUnavailable) and exc.maybe_applied
+        try:
+            current, _ = self.dir.load_manifest()
+        except StorageError:
+            if maybe:
                 raise self._unknown(exc) from exc
-            if current.txn == self.txid:
-                log.warning("%s: the index write reported %s but had been stored", self.dir.place.label, exc)
-                return current
-            if isinstance(exc, StorageUnavailable) and exc.maybe_applied and not self._maybe_landed:
-                raise self._unknown(exc) from exc  # the manifest PUT itself may still land: leave it all
-        if not self._rollback(written, keep_intent=self._maybe_landed) or self._maybe_landed:
+            raise exc from None
+        if current.txn == self.txid:
+            log.warning("%s: the index write reported %s but had been stored", self.dir.place.label, exc)
+            return current
+        if maybe:  # a stalled store may still apply it later
             raise self._unknown(exc) from exc
         raise exc
 
     def _unknown(self, exc: BaseException) -> OutcomeUnknown:
         return OutcomeUnknown(
             f"the memory store failed in the middle of this change ({exc}); it may or may not have taken "
-            "effect. The next change to this memory (or a reindex) finishes or undoes it; read the file "
-            "back before relying on it")
+            "effect. The next change to this memory (or a reindex) finishes it if it was recorded; read "
+            "the file back before relying on it")
 
-    def _check(self, writes: list[_Write]) -> None:
+    def _check(self, manifest: Manifest, writes: list[_Write]) -> None:
         for w in writes:
             previous = self._reads.get(w.file)
             if w.expect == ABSENT and previous is not None:
                 raise PreconditionFailed(f"{w.file} already exists")
             if w.expect not in (None, ABSENT) and (previous is None or previous.etag != str(w.expect).strip('"')):
                 raise PreconditionFailed(f"{w.file} changed since it was read (or was deleted); read it again")
-        entries = {} if self._clear_entries else self.manifest.entries
+        entries = {} if self._clear_entries else manifest.entries
         deletes = set(self._deletes)
         new_names = [w.file for w in writes]
-        _check_file_vs_folder(self.manifest, entries, deletes, new_names)
+        _check_file_vs_folder(manifest, entries, deletes, new_names)
         staged = set(new_names)
         total = len(entries) - sum(1 for f in deletes if f in entries and f not in staged) \
             + sum(1 for f in staged if f not in entries)
-        new = [w.file for w in writes if w.file not in self.manifest.entries and self._reads.get(w.file) is None]
+        new = [w.file for w in writes if w.file not in manifest.entries and self._reads.get(w.file) is None]
         limit = self.dir.limits.max_files_per_place
         if new and total > limit:
             kept = total - len([f for f in staged if f not in entries])
@@ -354,38 +415,6 @@ class PlaceTxn:
                 raise MemoryFormatError(f"this memory directory already holds {kept} files (the limit); "
                                         "delete or merge old memories first")
             raise MemoryFormatError(f"this batch would bring the place to {total} files; the limit is {limit}")
-
-    def _put_files(self, writes: list[_Write], written: dict[str, str | None]) -> None:
-        """PUT each file conditional on the version this transaction read (create-only when it
-        was absent): where the backend enforces it, a stalled ex-holder's late write is refused."""
-        store, place = self.dir.store, self.dir.place
-        if not writes:
-            return
-        self.lease.check()
-
-        def put(w: _Write) -> None:
-            previous = self._reads.get(w.file)
-            key = place.key(w.file)
-            written[w.file] = None  # a PUT that fails may still have landed: the rollback checks
-            try:
-                if previous is None:
-                    etag = store.put_if_absent(key, w.data, content_type=MARKDOWN)
-                else:
-                    etag = store.put_if_match(key, w.data, previous.etag, content_type=MARKDOWN)
-            except PreconditionFailed as exc:
-                written.pop(w.file, None)  # refused: nothing of ours landed
-                raise WriteConflict(str(exc), retryable=self._still_held()) from None
-            except StorageUnavailable as exc:
-                self._maybe_landed = self._maybe_landed or exc.maybe_applied
-                raise
-            written[w.file] = etag
-
-        if self.dir.executor is not None and len(writes) > 1:
-            for future in [self.dir.executor.submit(wrap_context(put), w) for w in writes]:
-                future.result()  # the first failure raises (after every PUT finished: rollback sees all)
-        else:
-            for w in writes:
-                put(w)
 
     def _still_held(self) -> bool:
         """Whether our lease still holds (a write conflict is then another pod writing without the
@@ -397,65 +426,67 @@ class PlaceTxn:
             return False
         return True
 
-    def _apply_to(self, results: list[SaveResult], *, stamp: bool) -> Callable[[Manifest], None]:
-        def apply(m: Manifest) -> None:
-            if stamp:  # the commit point of the intent record
-                m.txn = self.txid
-            if self._clear_entries:
-                m.entries.clear()
-            for file in self._deletes:
-                m.entries.pop(file, None)
-            for r in results:
-                m.entries[r.file] = r.entry
-            for fn in self._mutations:
-                fn(m)
-
-        return apply
-
-    def _rollback(self, written: dict[str, str | None], *, keep_intent: bool = False) -> bool:
-        """Put back what each written key held before (or remove keys that were new), each only
-        while it still holds what we wrote. True when every file is back (the intent record is
-        then removed); False leaves the record for the next writer."""
-        store, place = self.dir.store, self.dir.place
-        ok = True
-        for file, etag in list(written.items()):
-            previous = self._reads.get(file)
-            key = place.key(file)
-            try:
-                if etag is None or previous is None or not store.supports_conditional_put:
-                    current = store.get_or_none(key)
-                    if current is None or md5_hex(current.data) != md5_hex(self._writes[file].data):
-                        continue  # never landed, or not ours any more (put back or replaced by a later holder)
-                    etag = current.etag
-                if previous is None:
-                    store.delete(key)
-                else:
-                    store.put_if_match(key, previous.data, etag, content_type=MARKDOWN)  # plain PUT on COS
-            except PreconditionFailed:
-                continue  # someone else's now: not ours to put back
-            except Exception as exc:  # the original error matters more; the intent record repairs
-                log.warning("rollback of %s in %s failed (%s); the next writer undoes it", file, place.label, exc)
-                ok = False
-        lost = getattr(self.lease, "lost", False)  # then the record may be the next holder's
-        if ok and written and not keep_intent and not lost:
-            try:
-                store.delete(self.dir.intent_key)
-            except StorageError:
-                pass  # undoing it again finds nothing to do
-        return ok
-
-    def _finish(self, out: TxnResult) -> None:
-        store, place = self.dir.store, self.dir.place
-        written = {r.file for r in out.saved}
+    # -- after the head --------------------------------------------------------------------
+    def _after_head(self, out: TxnResult, writes: list[_Write]) -> None:
+        """The head landed: PUT the files, MEMORY.md and the search index side by side, remove
+        the deleted files' objects; then the state files. A file that could not be written
+        leaves the commit incomplete: ``OutcomeUnknown`` (the next writer completes it)."""
+        d = self.dir
+        manifest = out.manifest
+        store, place = d.store, d.place
+        pool = d.executor
+        written = {w.file for w in writes}
         gone = [f for f in self._deletes if f not in written]
         keys = [place.key(f) for f in gone] + self._raw_deletes
-        failures = store.delete_many(keys) if keys else []
-        failed = {f.key for f in failures}
-        out.deleted = [f for f in gone if place.key(f) not in failed]
-        for failure in failures:
-            log.warning("%s could not be removed from %s after its index entry was (%s); a later "
-                        "reindex would list it again", failure.key, place.label, failure.message)
-            out.delete_failures.append(failure.key)
+        jobs: list[Callable[[], object]] = [lambda w=w: self._put_file(w, manifest) for w in writes]  # type: ignore[misc]
+        views = not self.defer_views and (writes or gone or self._raw_deletes or self._compact
+                                          or self._clear_entries or self._mutations)
+        if views:
+            jobs.append(lambda: d.put_index(manifest))
+            search = self._search_after(writes)
+            jobs.append(lambda: search(manifest))
+        if keys:
+            jobs.append(lambda: _delete_all(store, keys))
+        if pool is not None and len(jobs) > 1:
+            futures = [pool.submit(wrap_context(job)) for job in jobs]
+            results: list[object] = []
+            for future in futures:
+                try:
+                    results.append(future.result())
+                except BaseException as exc:  # collected: every job has finished before we judge
+                    results.append(exc)
+        else:
+            results = []
+            for job in jobs:
+                try:
+                    results.append(job())
+                except BaseException as exc:
+                    results.append(exc)
+        failed = [(w, r) for w, r in zip(writes, results, strict=False) if isinstance(r, BaseException)]
+        deleting = 1 if keys else 0
+        if keys:
+            failures = results[-1]
+            assert isinstance(failures, list)
+            failed_keys = {f.key for f in failures}
+            out.deleted = [f for f in gone if place.key(f) not in failed_keys]
+            for failure in failures:
+                log.warning("%s could not be removed from %s after its index entry was (%s); the next "
+                            "writer removes it", failure.key, place.label, failure.message)
+                out.delete_failures.append(failure.key)
+        for r in results[len(writes):len(results) - deleting]:
+            if isinstance(r, BaseException):  # views never raise; anything else is a bug to see
+                log.warning("%s: updating MEMORY.md or the search index failed (%s)", place.label, r)
+        if failed:
+            first = failed[0][1]
+            log.warning("%s: %d file(s) of commit %s not written after its index (%s); the next writer "
+                        "completes them", place.label, len(failed), self.txid, first)
+            self._unfinished()
+            raise self._unknown(first)
+        if out.delete_failures:  # recorded in the head's redo: the next holder removes them
+            self._unfinished()
+        else:
+            etags = {w.file: r for w, r in zip(writes, results, strict=False) if isinstance(r, str) and r}
+            self._finished(manifest, etags, gone)
         for name, data in self._state.items():
             try:
                 store.put(place.prefix + name, data, content_type="application/json")
@@ -468,6 +499,78 @@ class PlaceTxn:
             except StorageError as exc:
                 log.warning("%s of %s not removed (%s)", name, place.label, exc)
                 out.state_failures.append(name)
+
+    def _finished(self, manifest: Manifest, etags: dict[str, str], gone: list[str]) -> None:
+        """Every write of this commit landed: remember it (this pod), tell the next holder (the
+        lock's done marker) and drop the redo texts' object."""
+        store, prefix = self.dir.store, self.dir.place.prefix
+        if self._redo is not None:
+            redos.note_done(store, prefix, self.txid)
+            if self._redo.object:
+                redos.drop_object(store, prefix, self._redo.object)
+        if manifest.head_etag is None:
+            return
+        known = {f: o.etag for f, o in self._reads.items() if o is not None and f not in etags}
+        heads.remember(store, prefix, manifest, manifest.head_etag, {**known, **etags}, self.etag, gone)
+        finished = getattr(self.lease, "finished", None)
+        if finished is not None:
+            finished(self.txid, manifest.head_etag)
+
+    def _unfinished(self) -> None:
+        heads.forget(self.dir.store, self.dir.place.prefix)
+        finished = getattr(self.lease, "finished", None)
+        if finished is not None:
+            finished(None)
+
+    def _put_file(self, w: _Write, manifest: Manifest) -> str:
+        """PUT one file of the committed head, conditional on the version it replaces (create-only
+        when it was absent): where the backend enforces it, a stalled ex-holder's late write is
+        refused. Refused here means someone wrote the file after our read: if it holds our bytes
+        (the next holder completed our commit) or a later commit replaced our head, that is fine;
+        otherwise ours is written over it, as the head — the truth — says."""
+        store, key = self.dir.store, self.dir.place.key(w.file)
+        prior = self._priors.get(w.file)
+        self.lease.check()
+        try:
+            if prior is None:
+                return store.put_if_absent(key, w.data, content_type=MARKDOWN)
+            return store.put_if_match(key, w.data, prior, content_type=MARKDOWN)
+        except PreconditionFailed:
+            pass
+        current = store.get_or_none(key)
+        if current is not None and md5_hex(current.data) == md5_hex(w.data):
+            return current.etag
+        head, _ = self.dir.load_manifest()
+        if head.txn != manifest.txn:
+            log.info("%s: %s was written over by a later commit before its own write", self.dir.place.label, w.file)
+            return ""
+        self.lease.check(strict=True)
+        if current is None:
+            return store.put_if_absent(key, w.data, content_type=MARKDOWN)
+        return store.put_if_match(key, w.data, current.etag, content_type=MARKDOWN)
+
+    def _search_after(self, writes: list[_Write]) -> Callable[[Manifest], None]:
+        """SEARCH INDEX: the one call, made with the manifest the commit wrote (``after_commit``
+        never raises). ``since``: the manifest version this transaction started from, while the
+        commit is its first try (a retried one re-read the manifest: no shortcut then)."""
+        from ..search.place import after_commit
+
+        written = {w.file: w.memory for w in writes}
+        deletes, cleared, started = list(self._deletes), self._clear_entries, self._started_version
+
+        def run(manifest: Manifest) -> None:
+            first = self.manifest is manifest  # not re-read after a conflict: ``since`` holds
+            after_commit(self.dir, manifest, written, deletes, cleared, started if first else None)
+
+        return run
+
+
+def _delete_all(store: ObjectStore, keys: list[str]) -> list[DeleteFailure]:
+    """``delete_many`` that reports a store failure as a failure of every key (never raises)."""
+    try:
+        return store.delete_many(keys)
+    except Exception as exc:
+        return [DeleteFailure(k, str(exc)) for k in keys]
 
 
 def _check_file_vs_folder(manifest: Manifest, entries: Mapping[str, object], deletes: set[str],

@@ -1,0 +1,113 @@
+"""The pod's copy of the manifest heads it committed, so its next transaction on a place can skip
+reading the head.
+
+Why: a save reads the head (one GET) before it writes anything. When this pod made the place's
+last commit and nobody has committed since, that GET returns what the pod already holds. The
+holder of the place lock learns "nobody has committed since" from the lock's *done* marker in
+Redis (``RedisLease.last_done``: the id and head etag of the last commit whose writes all landed,
+left with the lock's release): the marker naming the head this pod remembers means that head is
+still the place's head — one Redis GET instead of a store GET.
+
+Used only where the store enforces conditional writes (SeaweedFS, S3), and only by blind writes (a
+save: it decides nothing from what the manifest says). There a copy that is stale after all (a
+commit made while Redis was down, a marker that outlived a commit because Redis did not answer the
+check that removes it) makes the head PUT fail its If-Match, and the commit reads the head again,
+completes what it finds and retries — never a lost update, never a decision made on a stale view.
+A transaction that reads and decides (a chunk replace, a delete, auto memory, an import) always
+reads the head. On real COS (no If-Match) every transaction reads the head.
+
+Along with a head the pod keeps the etags of the files it wrote or read under it, so an overwrite
+of such a file needs no GET for the version it replaces (the write's condition; a writer that
+must *check* a version — ``expect`` — still reads it).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..storage.base import ObjectStore
+    from .index import Manifest
+
+#: Places whose last head this pod keeps, the entries those copies may hold together, and the
+#: file etags kept per place.
+CACHE_PLACES = 512
+CACHE_ENTRIES = 200_000
+FILES_PER_PLACE = 4096
+
+
+@dataclass(slots=True)
+class _Held:
+    manifest: Manifest
+    etag: str
+    files: dict[str, str] = field(default_factory=dict)
+
+
+_heads: OrderedDict[tuple[int, str], _Held] = OrderedDict()
+_lock = threading.Lock()
+
+
+def private_copy(manifest: Manifest) -> Manifest:
+    """A manifest a transaction may change without touching ``manifest``: entries are replaced,
+    never changed in place, so the entry dicts are copied shallowly; ``meta`` is copied whole (its
+    users change it in place)."""
+    return dataclasses.replace(manifest, entries=dict(manifest.entries), meta=copy.deepcopy(manifest.meta),
+                               delta=dict(manifest.delta))
+
+
+def remember(store: ObjectStore, prefix: str, manifest: Manifest, etag: str, files: dict[str, str],
+             since: str | None, gone: list[str] | tuple[str, ...] = ()) -> None:
+    """``manifest`` (committed by this pod as head ``etag`` on top of head ``since``, every write
+    of it landed) and the etags of the files it wrote or read. The file etags known under
+    ``since`` carry over (the commit changed only its own files). Keeps a private copy."""
+    key = (id(store), prefix)
+    held = _Held(private_copy(manifest), etag)
+    with _lock:
+        previous = _heads.get(key)
+        if previous is not None and since is not None and previous.etag == since:
+            held.files = previous.files
+        for file in gone:
+            held.files.pop(file, None)
+        held.files.update(files)
+        while len(held.files) > FILES_PER_PLACE:
+            held.files.pop(next(iter(held.files)))
+        _heads[key] = held
+        _heads.move_to_end(key)
+        while len(_heads) > 1 and (len(_heads) > CACHE_PLACES or
+                                   sum(len(h.manifest.entries) for h in _heads.values()) > CACHE_ENTRIES):
+            _heads.popitem(last=False)
+
+
+def recall(store: ObjectStore, prefix: str, etag: str) -> tuple[Manifest, dict[str, str]] | None:
+    """A private copy of the head this pod remembers for the place when it is head ``etag``, and
+    the file etags known under it; None otherwise."""
+    key = (id(store), prefix)
+    with _lock:
+        held = _heads.get(key)
+        if held is None or held.etag != etag:
+            return None
+        _heads.move_to_end(key)
+        files = dict(held.files)
+        manifest = held.manifest
+    out = private_copy(manifest)
+    out.head_etag = etag
+    return out, files
+
+
+def forget(store: ObjectStore, prefix: str) -> None:
+    with _lock:
+        _heads.pop((id(store), prefix), None)
+
+
+def clear() -> None:
+    """Forget every head (benchmarks measure cold transactions; tests start clean)."""
+    with _lock:
+        _heads.clear()
+
+
+__all__ = ["clear", "forget", "private_copy", "recall", "remember"]
