@@ -18,16 +18,16 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
-
-import openai
-from openai import AsyncOpenAI, OpenAI
+from typing import TYPE_CHECKING, Any
 
 from harness_memory import llm_latency
 from harness_memory.config import ModelConfig
 from harness_memory.errors import HarnessMemoryError
 from harness_memory.observe import DISABLED, Telemetry
 from harness_memory.tokens import count_message_tokens, estimate_tokens
+
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
 
 logger = logging.getLogger(__name__)
 
@@ -154,8 +154,11 @@ class LightModel:
         self.timeout = timeout
         self._api_key = api_key or _NO_KEY
         self._max_retries = max_retries
-        self._client = OpenAI(base_url=base_url, api_key=self._api_key, timeout=timeout,
-                              max_retries=max_retries)
+        import openai  # here, not at import: a process that never calls a model (the CLI) skips ~0.6 s
+
+        self._openai = openai
+        self._client = openai.OpenAI(base_url=base_url, api_key=self._api_key, timeout=timeout,
+                                     max_retries=max_retries)
         self._async_clients: dict[asyncio.AbstractEventLoop, AsyncOpenAI] = {}
         self._lock = threading.Lock()
         self._json_mode_supported = True
@@ -204,7 +207,7 @@ class LightModel:
             response = self._client.chat.completions.create(
                 **self._params(messages, use_json, max_tokens, timeout)
             )
-        except openai.BadRequestError as exc:
+        except self._openai.BadRequestError as exc:
             if not use_json:
                 raise self._fail(exc, timeout) from exc
             logger.info("light model rejected response_format (%s); retrying without it", exc)
@@ -241,7 +244,7 @@ class LightModel:
             response = await client.chat.completions.create(
                 **self._params(messages, use_json, max_tokens, timeout)
             )
-        except openai.BadRequestError as exc:
+        except self._openai.BadRequestError as exc:
             if not use_json:
                 raise self._fail(exc, timeout) from exc
             logger.info("light model rejected response_format (%s); retrying without it", exc)
@@ -283,8 +286,8 @@ class LightModel:
                 del self._async_clients[old]
             client = self._async_clients.get(loop)
             if client is None:
-                client = AsyncOpenAI(base_url=self.base_url, api_key=self._api_key,
-                                     timeout=self.timeout, max_retries=self._max_retries)
+                client = self._openai.AsyncOpenAI(base_url=self.base_url, api_key=self._api_key,
+                                                  timeout=self.timeout, max_retries=self._max_retries)
                 self._async_clients[loop] = client
             return client
 
@@ -306,6 +309,7 @@ class LightModel:
         with self._lock:
             self.errors += 1
         where = f"light model {self.model!r} at {self.base_url}"
+        openai = self._openai
         if isinstance(exc, openai.APITimeoutError):
             return LLMTimeout(f"{where} timed out after {timeout or self.timeout:g} s")
         if isinstance(exc, openai.APIConnectionError):

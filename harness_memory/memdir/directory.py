@@ -43,7 +43,16 @@ from ..storage.base import ObjectStore, StoredObject
 from . import group, heads, stored
 from . import intent as intents
 from . import redo as redos
-from .index import CappedText, Manifest, ManifestEntry, cap_index, capped_index, parse_index, render_index
+from .index import (
+    MANIFEST_VERSION,
+    CappedText,
+    Manifest,
+    ManifestEntry,
+    cap_index,
+    capped_index,
+    parse_index,
+    render_index,
+)
 from .model import MemoryFile, parse_memory, utf8_size
 from .txn import ABSENT, PlaceTxn, SaveResult, TxnResult
 
@@ -676,6 +685,7 @@ class MemoryDir:
                     if redo_object is not None:
                         redos.drop_object(self.store, prefix, redo_object)
                 raise
+        manifest.version = MANIFEST_VERSION  # as written (a loaded older head is now this one)
         if plan.base is not None:
             stored.adopt(self.store, prefix, manifest)
         if plan.retired is not None:
