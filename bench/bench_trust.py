@@ -103,7 +103,8 @@ def run(quick: bool = False) -> str:
         "queue serves writers in arrival order, so with 8 busy writers it is about 7 x the operation time "
         "(which grows with the machine's load: see the load average of this run). "
         "*unknown* = the store died mid-commit and the tool said the change may or may not have taken "
-        "effect (the next writer resolves it from the intent record); it is neither lost nor leaked.",
+        "effect (its head, carrying the redo record, may have landed: then the next writer completes it); it is "
+        "neither lost nor leaked.",
         "### Hostile frontmatter (parse or refuse, one call)",
         table(["input", "KB", "outcome", "ms", "manifest entry bytes"], hostile_rows()),
     ])

@@ -5,8 +5,8 @@ against what readers see. Used by ``tests/test_trust_storm.py`` (short) and ``be
 
 The rules checked: an operation reported **done** is never lost (its file is there and indexed,
 its ledger line is in the ledger); one reported **failed** changed nothing readable (no file, no
-index entry, no ledger line). ``unknown`` (the store died mid-commit; the intent record is
-resolved by the next writer) may go either way.
+index entry, no ledger line). ``unknown`` (the store died mid-commit; a head that landed with its
+redo record is completed by the next writer) may go either way.
 """
 
 from __future__ import annotations
