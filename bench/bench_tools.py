@@ -94,6 +94,22 @@ def measure(backend: str, weed: object, redis: object, n: int, repeat: int) -> l
             [lambda f=f, i=i: tools.replace_file_chunk(f, f"Body of memory {200_000 + i}:", f"Body (v2) {i}:")
              for i, f in enumerate(new)], "Updated")
         measure_op("delete_file", [lambda f=f: tools.delete_file(f) for f in new], "Deleted")
+        # The floor under every number above: one request to this store, straight through it (no
+        # tool, no lock), so a reader can tell the code's cost from the machine's.
+        place_key = own.place.prefix + "bench-raw.bin"
+        data = b"x" * 300
+        store.put(place_key, data)
+        for op, fn in (("store PUT, 300 B (one request)", lambda: store.put(place_key, data)),
+                       ("store GET, 300 B (one request)", lambda: store.get(place_key))):
+            times, counts = [], []
+            for _ in range(repeat):
+                before = store.request_count
+                t0 = time.perf_counter()
+                fn()
+                times.append((time.perf_counter() - t0) * 1000)
+                counts.append(store.request_count - before)
+            results.append(OpResult(backend, lock, n, op, times, counts))
+        store.delete(place_key)
         return results
     finally:
         services.close()
@@ -110,7 +126,10 @@ def run(quick: bool = False) -> str:
     note = ("Each call is timed on its own (sequential; one writer). `save_file (new file)` adds a file to a "
             "place already holding the listed number of memories; `replace_file_chunk` edits those files; "
             "`read_file` reads seeded ones. Store requests are counted at the ObjectStore (GET/PUT/HEAD/DELETE); "
-            "the Redis lock's SET/EVAL are not store requests.")
+            "the Redis lock's SET/EVAL are not store requests. The two `store …` rows are single requests "
+            "straight through the store (no tool, no lock): the floor a tool call stands on, on this machine. "
+            "A save is two write round trips in a row (the manifest head, then the file beside MEMORY.md and "
+            "the search delta) plus the Redis lock.")
     return "\n\n".join([f"### Tool operations through MemoryTools ({'quick' if quick else 'full'})",
                         table(HEADERS, [r.row() for r in results]), note])
 

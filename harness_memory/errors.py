@@ -56,14 +56,16 @@ class ModelNotConfigured(HarnessMemoryError):
 
 
 class LeaseLost(LockTimeout):
-    """A writer's place lock expired (or was taken over) before its writes were done; it
-    stopped before writing anything more, and what it had written was put back."""
+    """A writer's place lock expired (or was taken over) before its commit point; it stopped
+    before writing anything (a lease lost after the commit point is an ``OutcomeUnknown``: the
+    next holder completes the commit)."""
 
 
 class OutcomeUnknown(StorageError):
-    """The store failed between the writes of one commit and the outcome could not be checked:
-    the change may or may not have taken effect. The intent record left in the place makes the
-    next writer (or ``reindex``) finish or undo it, so readers never keep a half-applied change."""
+    """The store failed in the middle of one commit and the outcome could not be checked: the
+    change may or may not have taken effect. If its head (the commit point, carrying the redo
+    record) landed, the next writer (or ``reindex``) completes it, so readers never keep a
+    half-applied change."""
 
 
 class WriteConflict(PreconditionFailed):

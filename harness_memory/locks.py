@@ -7,12 +7,15 @@ per place serialises those updates:
 * ``RedisLocker`` — a **queue-ordered lease**. A waiter takes a ticket (``INCR``) and joins the
   place's queue (a sorted set scored by ticket); the head of the queue takes the lock
   (``SET token PX ttl``) when it is free, so waiters are served in arrival order and the longest
-  wait is bounded by the work queued ahead, not by luck of polling. A waiter that stops polling
+  wait is bounded by the work queued ahead, not by luck of polling. A waiter blocks on its own
+  wake list (``BLPOP``): the release script pushes to the waiter then at the head of the queue
+  (and a group-commit holder to each proposer it answered), so a hand-over takes one round trip;
+  the block times out after ``block`` seconds to look again. A waiter that stops looking
   (crashed, paused) is dropped from the queue after ``stale`` seconds. The lease is **renewed**
   by a background thread while the holder works and **checked** (compare-and-``PEXPIRE`` in one
   script) before each write; a holder that lost it raises ``LeaseLost`` instead of writing over
   the next holder's work. The ticket doubles as a fencing number (it only grows), logged with
-  the intent record. Released by compare-and-delete, so a holder whose lease expired never frees
+  the redo record. Released by compare-and-delete, so a holder whose lease expired never frees
   someone else's. Every key of one place carries the same ``{hash tag}`` (Redis Cluster).
   When Redis stops answering it degrades to the local lock with one warning and probes Redis
   again after ``retry_after`` seconds; conditional PUT, where the backend has it, still guards

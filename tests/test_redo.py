@@ -116,13 +116,23 @@ def test_a_big_batch_keeps_its_texts_out_of_the_head_until_its_files_landed(pods
     with pytest.raises(Exception, match="may or may not have taken effect"):
         mdir.save_many(items)
     rec = head_of(store, mdir)["redo"]
-    assert isinstance(rec, dict) and rec["object"].startswith(".redo.") and "text" not in rec["writes"][0]
+    assert isinstance(rec, dict) and rec["object"].startswith(".redo.") and "writes" not in rec  # the head stays small
     obj = mdir.place.prefix + rec["object"]
     assert store.exists(obj) and not store.exists(mdir.place.key("big3.md"))
     mdir.save("after.md", doc("after"))  # completes big3.md from the object, then removes it
     assert mdir.read("big3.md").text == items[3][1] and not store.exists(obj)
     mdir.save_many(items[:4])  # a batch whose files all land removes its object itself
     assert not any(redo.is_object_name(info.key.rsplit("/", 1)[-1]) for info in store.list(mdir.place.prefix))
+
+
+def test_a_batch_of_many_small_files_leaves_a_small_head(pods: Pods) -> None:
+    svc, store = pods()
+    mdir = svc.user_agent_dir("u")
+    mdir.save_many([(f"n{i:03d}.md", doc(f"b{i}")) for i in range(redo.INLINE_FILES + 1)])
+    rec = head_of(store, mdir)["redo"]
+    assert isinstance(rec, dict) and set(rec) == {"txid", "fence", "at", "object"}
+    assert not store.exists(mdir.place.prefix + str(rec["object"]))  # all landed: removed
+    assert len(mdir.manifest().entries) == redo.INLINE_FILES + 1
 
 
 def test_removed_files_left_behind_are_removed_by_the_next_writer(pods: Pods) -> None:

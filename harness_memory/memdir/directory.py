@@ -262,13 +262,13 @@ class MemoryDir:
         """Complete the redo record of ``manifest``'s head unless it is known done (this pod
         finished it, or the lock's done marker names it); None when there was nothing to do."""
         redo = manifest.redo
-        if redo is None or not (redo.writes or redo.deletes):
+        if redo is None or redo.empty:
             return None
         prefix = self.place.prefix
         if done == redo.txid or redos.known_done(self.store, prefix, redo.txid):
             return None
         completion = redos.complete(self.store, prefix, redo, executor=self.executor, check=lease.check,
-                                    label=self.place.label)
+                                    label=self.place.label, running=not lease.exclusive)
         redos.note_done(self.store, prefix, redo.txid)
         return completion
 
@@ -327,7 +327,7 @@ class MemoryDir:
     def _await_answer(self, handoff: group.Handoff, proposal: group.Proposal) -> SaveResult:
         """Our wait for the lock ran out, but a holder took our proposal: its answer arrives before
         its lock is released (within a lease); none means that holder stopped — the outcome is
-        unknown until its intent record is resolved."""
+        unknown until the next holder has completed that holder's commit."""
         raw = handoff.locker.client.blpop([handoff.answer_key(proposal.id)], self.limits.lock_ttl_seconds)
         answer = group.Answer.from_bytes(raw[1]) if raw else None
         if answer is not None and answer.status == group.OK and answer.entry is not None:
@@ -569,7 +569,7 @@ class MemoryDir:
                     leftovers.append(info.key)
                     continue
                 if rel == INDEX_FILE or any(p.startswith(".") for p in rel.split("/")):
-                    continue  # the index, the manifest, state and intent records
+                    continue  # the index, the manifest, state files, redo objects, undo records
                 try:
                     name = validate_filename(unicodedata.normalize("NFC", rel))
                     obj = self.store.get(info.key)

@@ -1,5 +1,5 @@
 """Group commit: saves waiting for a place's lock hand their change to the holder, which commits
-them with its own in one transaction (one intent record, one manifest head, one MEMORY.md).
+them with its own in one transaction (one manifest head carrying every text, one MEMORY.md).
 
 Why: a place's commits are serial under its lock, so a busy place (many pods saving at once)
 was bounded by one commit per lock hold (~45–65 saves/s). Now a save that finds the lock taken
@@ -14,7 +14,7 @@ was committed, and one answered "alone" was not and runs by itself, so the usual
 
 A holder that stalls or dies after taking proposals never answers: its proposers reach the head
 of the queue, find their proposal gone, and redo the save themselves under the lock, after the
-intent record of the stalled commit was resolved; a file that already holds exactly the proposed
+stalled commit was completed from its head's redo record; a file that already holds exactly the proposed
 text (the stalled commit did land) is reported done without a write. Redis down: no proposals
 (the local lock), saves run one by one as before.
 """

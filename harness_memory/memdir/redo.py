@@ -25,10 +25,11 @@ So a save costs two write round trips, and:
   files again; without either it checks them (one GET each, concurrently) and writes what is
   missing. A redo is idempotent: a file already holding the new bytes is left alone.
 
-The texts ride inline in the head while they are small (``INLINE_TEXT_BYTES``: one save, or a
-group commit of a few); a bigger batch (an import, a snapshot) first PUTs them as
-``.redo.<txid>.json`` (a new key nothing reads until the head names it) and the head lists the
-files without their texts. That object is removed once the commit's files have all landed.
+The record rides whole in the head while it is small (``INLINE_TEXT_BYTES``, ``INLINE_FILES``: one
+save, or a group commit of a few); a bigger one (an import, a snapshot) is first PUT as
+``.redo.<txid>.json`` (a new key nothing reads until the head names it) and the head names only
+that object, so the head every build reads stays small. The object is removed once the commit's
+writes have all landed (a missing object therefore means there is nothing left to do).
 
 Places written by an earlier release may hold a ``.intent.json`` undo record; a head of that
 release (manifest version < 3) makes the next transaction resolve it once (``intent.py``).
@@ -36,6 +37,7 @@ release (manifest version < 3) makes the next transaction resolve it once (``int
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -54,8 +56,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Texts up to this many bytes (together) ride in the head; more go to ``.redo.<txid>.json``.
+#: A record rides whole in the head while its texts take at most this many bytes together and it
+#: names at most ``INLINE_FILES`` files; a bigger one (an import, a snapshot) is written to
+#: ``.redo.<txid>.json`` first and the head only names that object, so a head — which every build
+#: reads — stays small after a big batch.
 INLINE_TEXT_BYTES = 16 * 1024
+INLINE_FILES = 64
 MARKDOWN = "text/markdown; charset=utf-8"
 JSON = "application/json"
 
@@ -65,7 +71,7 @@ def md5_hex(data: bytes) -> str:
 
 
 def object_name(txid: str) -> str:
-    """The object (inside the place) holding the texts of a big commit."""
+    """The object (inside the place) holding the record of a big commit."""
     return f".redo.{txid}.json"
 
 
@@ -91,31 +97,40 @@ class Redo:
     at: float
     writes: list[RedoWrite] = field(default_factory=list)
     deletes: list[str] = field(default_factory=list)
-    #: file -> new text; empty when the texts are kept in ``object`` and not loaded.
+    #: file -> new text.
     texts: dict[str, str] = field(default_factory=dict, repr=False)
-    #: The object holding the texts (``object_name``), or None when they are inline.
+    #: The object holding the whole record (``object_name``), or None when it rides in the head;
+    #: read from a head, such a record has no rows until ``complete`` loads the object.
     object: str | None = None
 
     @property
     def text_bytes(self) -> int:
         return sum(len(t.encode("utf-8")) for t in self.texts.values())
 
+    @property
+    def big(self) -> bool:
+        """Too big to ride in the head (``INLINE_TEXT_BYTES``, ``INLINE_FILES``)."""
+        return len(self.writes) + len(self.deletes) > INLINE_FILES or self.text_bytes > INLINE_TEXT_BYTES
+
+    @property
+    def empty(self) -> bool:
+        return not (self.writes or self.deletes or self.object)
+
     def to_json(self, *, inline: bool) -> dict[str, Any]:
-        """The head's ``redo`` member; ``inline``: with the texts (else they are in ``object``)."""
-        rows: list[dict[str, Any]] = []
-        for w in self.writes:
-            row: dict[str, Any] = {"file": w.file, "md5": w.md5, "prior": w.prior}
-            if inline:
-                row["text"] = self.texts[w.file]
-            rows.append(row)
-        out: dict[str, Any] = {"txid": self.txid, "fence": self.fence, "at": self.at, "writes": rows,
-                               "deletes": list(self.deletes)}
+        """The head's ``redo`` member: the whole record (``inline``), or only the object holding it."""
+        out: dict[str, Any] = {"txid": self.txid, "fence": self.fence, "at": self.at}
         if not inline and self.object:
             out["object"] = self.object
+            return out
+        out["writes"] = [{"file": w.file, "md5": w.md5, "prior": w.prior, "text": self.texts[w.file]}
+                         for w in self.writes]
+        out["deletes"] = list(self.deletes)
         return out
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> Redo:
+        """A record as the head (or its object) holds it; one that lives in an object has no rows
+        until ``load_object`` reads them."""
         writes, texts = [], {}
         for row in raw.get("writes") or []:
             file = str(row["file"])
@@ -126,16 +141,16 @@ class Redo:
         return cls(str(raw["txid"]), int(raw.get("fence", 0)), float(raw.get("at", 0.0)), writes,
                    [str(f) for f in raw.get("deletes") or []], texts, None if obj is None else str(obj))
 
-    def texts_to_bytes(self) -> bytes:
-        return json.dumps({"txid": self.txid, "texts": self.texts}, ensure_ascii=False,
-                          separators=(",", ":")).encode("utf-8")
+    def object_bytes(self) -> bytes:
+        """The whole record, for ``.redo.<txid>.json``."""
+        return json.dumps(self.to_json(inline=True), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
-def parse_texts(data: bytes, txid: str) -> dict[str, str]:
-    payload = json.loads(data.decode("utf-8"))
-    if str(payload.get("txid")) != txid:
-        raise ValueError(f"redo object of {payload.get('txid')} is not {txid}'s")
-    return {str(k): str(v) for k, v in payload["texts"].items()}
+def parse_object(data: bytes, txid: str) -> Redo:
+    record = Redo.from_json(json.loads(data.decode("utf-8")))
+    if record.txid != txid:
+        raise ValueError(f"redo object of {record.txid} is not {txid}'s")
+    return record
 
 
 # -- which commits are known complete ---------------------------------------------------------
@@ -171,19 +186,23 @@ class Completion:
 
 
 def complete(store: ObjectStore, prefix: str, redo: Redo, *, executor: Executor | None = None,
-             check: Callable[[], None] = lambda: None, label: str = "") -> Completion:
+             check: Callable[[], None] = lambda: None, label: str = "", running: bool = False) -> Completion:
     """Finish ``redo`` (its head is the place's current one, so what it says is the truth): every
     file it writes holds its new bytes, every file it removes is gone. A file already holding them
     is left alone; any other content is replaced (conditional on the version just read, so a late
     PUT of the original writer — the same bytes — cannot interleave). ``check`` runs before each
-    write (the caller's lease). Raises StorageError when the store fails (the head keeps the
-    record: the next writer tries again)."""
+    write (the caller's lease); ``running``: the writer may still be at it (the lease is not
+    exclusive), so finding work to do is no news. Raises StorageError when the store fails (the
+    head keeps the record: the next writer tries again)."""
     from ..storage.base import StoredObject
 
-    texts = redo.texts
-    if redo.writes and any(w.file not in texts for w in redo.writes):
-        texts = _load_texts(store, prefix, redo)
     out = Completion()
+    if redo.object and not redo.writes and not redo.deletes:
+        whole = _load_object(store, prefix, redo)
+        if whole is None:  # removed: the writer removes it once all its writes landed
+            return out
+        redo = dataclasses.replace(whole, object=redo.object)
+    texts = redo.texts
 
     def one(w: RedoWrite) -> None:
         key = prefix + w.file
@@ -191,8 +210,8 @@ def complete(store: ObjectStore, prefix: str, redo: Redo, *, executor: Executor 
         if current is not None and md5_hex(current.data) == w.md5:
             out.objects[w.file] = current
             return
-        text = texts.get(w.file) if texts is not None else None
-        if text is None:  # the texts are gone (the writer removes them once all its files landed)
+        text = texts.get(w.file)
+        if text is None:  # a damaged record: reindex adopts whatever the file holds
             out.foreign.append(w.file)
             if current is not None:
                 out.objects[w.file] = current
@@ -225,22 +244,25 @@ def complete(store: ObjectStore, prefix: str, redo: Redo, *, executor: Executor 
     if redo.object:
         drop_object(store, prefix, redo.object)
     if out.written or out.foreign:
-        log.warning("%s: completed the commit %s (fence %d) that its writer left unfinished: wrote %s%s",
-                    label or prefix, redo.txid, redo.fence, ", ".join(out.written) or "nothing",
-                    f"; texts missing for: {', '.join(out.foreign)}" if out.foreign else "")
+        # ``running``: pods cannot exclude each other (Redis down), so the writer may simply still
+        # be writing; worth a warning only when it surely stopped.
+        log.log(logging.INFO if running else logging.WARNING,
+                "%s: completed the commit %s (fence %d) %s: wrote %s%s", label or prefix, redo.txid, redo.fence,
+                "of a writer that may still be running" if running else "that its writer left unfinished",
+                ", ".join(out.written) or "nothing",
+                f"; texts missing for: {', '.join(out.foreign)}" if out.foreign else "")
     return out
 
 
-def _load_texts(store: ObjectStore, prefix: str, redo: Redo) -> dict[str, str] | None:
-    if not redo.object:
-        return None
+def _load_object(store: ObjectStore, prefix: str, redo: Redo) -> Redo | None:
+    assert redo.object is not None
     obj = store.get_or_none(prefix + redo.object)
     if obj is None:
         return None
     try:
-        return parse_texts(obj.data, redo.txid)
+        return parse_object(obj.data, redo.txid)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        log.warning("redo object %s%s is damaged (%s)", prefix, redo.object, exc)
+        log.warning("redo object %s%s is damaged (%s); reindex repairs the place", prefix, redo.object, exc)
         return None
 
 
@@ -252,5 +274,5 @@ def drop_object(store: ObjectStore, prefix: str, name: str) -> None:
         log.info("redo object %s%s not removed (%s)", prefix, name, exc)
 
 
-__all__ = ["INLINE_TEXT_BYTES", "Completion", "Redo", "RedoWrite", "complete", "drop_object", "is_object_name",
-           "known_done", "md5_hex", "note_done", "object_name", "parse_texts"]
+__all__ = ["INLINE_FILES", "INLINE_TEXT_BYTES", "Completion", "Redo", "RedoWrite", "complete", "drop_object",
+           "is_object_name", "known_done", "md5_hex", "note_done", "object_name", "parse_object"]

@@ -263,9 +263,9 @@ def plan(manifest: Manifest, *, compact: bool = False) -> Plan:
 
     redo, redo_object = manifest.redo, None
     if redo is not None:
-        if redo.texts and redo.text_bytes > redos.INLINE_TEXT_BYTES:
+        if redo.big:
             redo.object = redos.object_name(redo.txid)
-            redo_object = (redo.object, redo.texts_to_bytes())
+            redo_object = (redo.object, redo.object_bytes())
         else:
             redo.object = None
     manifest.redo = None  # measured and written without it, spliced in below
