@@ -14,6 +14,8 @@ import yaml
 from harness_memory.auto import AutoMemory
 from harness_memory.config import MemoryConfig
 from harness_memory.services import MemoryServices
+from harness_memory.storage import make_store
+from tests.faults import FaultyStore
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -56,4 +58,23 @@ def auto_pods(make_config: Callable[..., MemoryConfig], base_url: str,
     finally:
         for memory, services in made:
             memory.close(1)
+            services.close()
+
+
+@contextlib.contextmanager
+def faulty_pods() -> Iterator[Callable[[MemoryConfig], tuple[MemoryServices, FaultyStore]]]:
+    """A factory of "pods": services on ``cfg`` whose store is a ``FaultyStore`` around the real
+    one (faults can be injected per pod); every pod is closed at the end."""
+    made: list[MemoryServices] = []
+
+    def make(cfg: MemoryConfig) -> tuple[MemoryServices, FaultyStore]:
+        store = FaultyStore(make_store(cfg.store))
+        services = MemoryServices.from_config(cfg, store=store)
+        made.append(services)
+        return services, store
+
+    try:
+        yield make
+    finally:
+        for services in made:
             services.close()

@@ -15,8 +15,8 @@ from harness_memory.errors import LockTimeout, OutcomeUnknown, PreconditionFaile
 from harness_memory.locks import RedisLocker
 from harness_memory.memdir import MemoryDir
 from harness_memory.services import MemoryServices
-from harness_memory.storage import make_store
 from tests.faults import FaultyStore
+from tests.helpers import faulty_pods
 
 
 def doc(i: int) -> str:
@@ -25,18 +25,8 @@ def doc(i: int) -> str:
 
 @pytest.fixture
 def pod(make_config: Callable[..., MemoryConfig]) -> Iterator[Callable[..., tuple[MemoryServices, FaultyStore]]]:
-    made: list[MemoryServices] = []
-
-    def make(store: dict[str, object] | None = None, **limits: object) -> tuple[MemoryServices, FaultyStore]:
-        cfg = make_config("cos", redis=True, limits=limits, store=store or {})
-        store = FaultyStore(make_store(cfg.store))
-        services = MemoryServices.from_config(cfg, store=store)
-        made.append(services)
-        return services, store
-
-    yield make
-    for services in made:
-        services.close()
+    with faulty_pods() as make:
+        yield lambda store=None, **limits: make(make_config("cos", redis=True, limits=limits, store=store or {}))
 
 
 def proposals(locker: RedisLocker, mdir: MemoryDir) -> int:

@@ -18,8 +18,8 @@ from harness_memory.search.index import SearchIndex
 from harness_memory.search.place import clear_cache as clear_search_cache
 from harness_memory.search.place import stored_index
 from harness_memory.services import MemoryServices
-from harness_memory.storage import make_store
 from tests.faults import FaultyStore
+from tests.helpers import faulty_pods
 
 Pods = Callable[..., tuple[MemoryServices, FaultyStore]]
 
@@ -38,18 +38,8 @@ def small_thresholds(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(params=["cos", "local"])
 def pods(request: pytest.FixtureRequest, make_config: Callable[..., MemoryConfig]) -> Iterator[Pods]:
     """Pods over one store (cos: SeaweedFS + Redis; local: one directory), each its own caches."""
-    made: list[MemoryServices] = []
-
-    def make() -> tuple[MemoryServices, FaultyStore]:
-        cfg = make_config(request.param, redis=request.param == "cos")
-        store = FaultyStore(make_store(cfg.store))
-        services = MemoryServices.from_config(cfg, store=store)
-        made.append(services)
-        return services, store
-
-    yield make
-    for services in made:
-        services.close()
+    with faulty_pods() as make:
+        yield lambda: make(make_config(request.param, redis=request.param == "cos"))
 
 
 def head_of(store: FaultyStore, memdir: MemoryDir) -> dict[str, object]:

@@ -20,9 +20,9 @@ from harness_memory.locks import RedisLocker
 from harness_memory.memdir import MemoryDir, heads, redo
 from harness_memory.memdir.intent import md5_hex
 from harness_memory.services import MemoryServices
-from harness_memory.storage import make_store
 from harness_memory.tools import MemoryTools
 from tests.faults import MANIFEST_WRITE, FaultyStore, on
+from tests.helpers import faulty_pods
 
 Pods = Callable[..., tuple[MemoryServices, FaultyStore]]
 
@@ -35,18 +35,8 @@ def doc(body: str, desc: str = "the build log", name: str = "build log") -> str:
 def pods(make_config: Callable[..., MemoryConfig]) -> Iterator[Pods]:
     """Pods on one bucket; ``redis=False`` makes one that writes under its local lock only (as a
     pod does while Redis is down)."""
-    made: list[MemoryServices] = []
-
-    def make(*, redis: bool = True, backend: str = "cos") -> tuple[MemoryServices, FaultyStore]:
-        cfg = make_config(backend, redis=redis and backend == "cos")
-        store = FaultyStore(make_store(cfg.store))
-        services = MemoryServices.from_config(cfg, store=store)
-        made.append(services)
-        return services, store
-
-    yield make
-    for services in made:
-        services.close()
+    with faulty_pods() as make:
+        yield lambda *, redis=True, backend="cos": make(make_config(backend, redis=redis and backend == "cos"))
     heads.clear()
 
 

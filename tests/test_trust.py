@@ -22,10 +22,10 @@ from harness_memory.locks import RedisLocker
 from harness_memory.memdir import MemoryDir
 from harness_memory.services import MemoryServices
 from harness_memory.session import ExtractStatus, SessionMemoryManager
-from harness_memory.storage import make_store
 from harness_memory.tools import MemoryTools
 from tests.fakellm import ScriptedLLM, delay, text
 from tests.faults import MANIFEST_WRITE, FaultyStore, on
+from tests.helpers import faulty_pods
 from tests.servers import RedisServer
 
 Pods = Callable[..., tuple[MemoryServices, FaultyStore]]
@@ -41,19 +41,12 @@ def doc(body: str, desc: str = "the build log") -> str:
 @pytest.fixture
 def pods(make_config: Callable[..., MemoryConfig]) -> Iterator[Pods]:
     """Factory of "pods": services on one bucket and one Redis, each with its own FaultyStore."""
-    made: list[MemoryServices] = []
+    def config(**sections: dict[str, object]) -> MemoryConfig:
+        return make_config("cos", redis=True, limits=SHORT_LEASE, store=FAST_STORE | sections.pop("store", {}),
+                           **sections)
 
-    def make(**sections: dict[str, object]) -> tuple[MemoryServices, FaultyStore]:
-        cfg = make_config("cos", redis=True, limits=SHORT_LEASE, store=FAST_STORE | sections.pop("store", {}),
-                          **sections)
-        store = FaultyStore(make_store(cfg.store))
-        services = MemoryServices.from_config(cfg, store=store)
-        made.append(services)
-        return services, store
-
-    yield make
-    for services in made:
-        services.close()
+    with faulty_pods() as make:
+        yield lambda **sections: make(config(**sections))
 
 
 def frozen(services: MemoryServices) -> MemoryServices:
