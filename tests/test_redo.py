@@ -16,7 +16,8 @@ import pytest
 import redis
 
 from harness_memory.config import MemoryConfig
-from harness_memory.locks import RedisLocker
+from harness_memory.errors import PreconditionFailed, WriteConflict
+from harness_memory.locks import LOCAL_LEASE, RedisLocker
 from harness_memory.memdir import MemoryDir, heads, redo
 from harness_memory.memdir.intent import md5_hex
 from harness_memory.services import MemoryServices
@@ -231,3 +232,60 @@ def test_manifest_write_failing_leaves_no_redo_object(pods: Pods) -> None:
         mdir.save_many([(f"big{i}.md", doc("y" * 3000 + str(i))) for i in range(8)])
     assert not any(redo.is_object_name(info.key.rsplit("/", 1)[-1]) for info in store.list(mdir.place.prefix))
     assert not mdir.manifest().entries
+
+
+# -- completing from a head that is no longer the place's head (pods not excluding each other) ----
+def test_a_redo_completed_from_a_stale_head_never_undoes_a_later_commit(pods: Pods) -> None:
+    """Seen in the Redis-outage storm: pod B loaded a head whose commit was unfinished, pod C
+    completed it and committed a later change to the same file (reported done), then B "completed"
+    the commit it had loaded — writing its older text over C's change."""
+    a, a_store = pods(redis=False)  # pods writing under their local locks only, as while Redis is down
+    b, _ = pods(redis=False)
+    c, _ = pods(redis=False)
+    a_dir, b_dir, c_dir = (p.user_agent_dir("u") for p in (a, b, c))
+    a_dir.save("ledger.md", doc("start"))
+    a_store.fail(on(("put", "put_if_match", "put_if_absent"), "/ledger.md"), times=1)
+    said = MemoryTools(a_dir).replace_file_chunk("ledger.md", "start", "start\n- one")
+    assert "may or may not have taken effect" in said, said
+    stale = b_dir.manifest()  # B's transaction loads the head carrying A's unfinished commit ...
+    assert stale.redo is not None and [w.file for w in stale.redo.writes] == ["ledger.md"]
+    c_dir.replace_chunk("ledger.md", "- one", "- one\n- two")  # ... C completes it and commits on top
+    b_dir.complete_pending(stale, LOCAL_LEASE)  # ... then B completes what it loaded
+    text = c_dir.read("ledger.md").text
+    assert "- one" in text and "- two" in text, text
+    assert c_dir.manifest().entries["ledger.md"].size == len(text.encode())
+
+
+def test_a_removal_completed_from_a_stale_head_spares_a_file_written_again(pods: Pods) -> None:
+    a, a_store = pods(redis=False)
+    b, _ = pods(redis=False)
+    c, _ = pods(redis=False)
+    a_dir, b_dir, c_dir = (p.user_agent_dir("u") for p in (a, b, c))
+    a_dir.save_many([("a.md", doc("a")), ("keep.md", doc("keep"))])
+    a_store.fail(on(("delete", "delete_many"), ""), times=1)
+    assert MemoryTools(a_dir).delete_file("a.md").startswith("Deleted")  # the object is left behind
+    stale = b_dir.manifest()
+    assert stale.redo is not None and stale.redo.deletes == ["a.md"]
+    c_dir.save("a.md", doc("written again"))  # C completes the removal, then writes the name again
+    b_dir.complete_pending(stale, LOCAL_LEASE)
+    assert "written again" in c_dir.read("a.md").text
+    assert sorted(c_dir.manifest().entries) == ["a.md", "keep.md"]
+
+
+def test_completing_a_file_that_changed_under_the_completion_is_a_retryable_conflict(pods: Pods) -> None:
+    """The commit is still the head but the file holds neither the old nor the new text and
+    changes again under the completion: the transaction is redone, never reported as failed."""
+    a, a_store = pods(redis=False)
+    b, b_store = pods(redis=False)
+    a_dir, b_dir = a.user_agent_dir("u"), b.user_agent_dir("u")
+    a_dir.save("x.md", doc("old"))
+    a_store.fail(on(("put", "put_if_match", "put_if_absent"), "/x.md"), times=1)
+    MemoryTools(a_dir).save_file("x.md", doc("new"))
+    head = b_dir.manifest()
+    b_store.inner.put(b_dir.place.key("x.md"), doc("outside").encode())  # written outside the protocol
+    b_store.fail(on(("put_if_match",), "/x.md"), PreconditionFailed("changed meanwhile"), times=1)
+    with pytest.raises(WriteConflict) as caught:
+        b_dir.complete_pending(head, LOCAL_LEASE)
+    assert caught.value.retryable
+    b_dir.save("y.md", doc("y"))  # the next transaction completes it: the head is the truth
+    assert "new" in b_dir.read("x.md").text

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -34,6 +36,13 @@ def note(op: str) -> str:
 
 def main() -> int:
     user, worker, seconds, log_path = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+    debug_dir = os.environ.get("HM_STORM_DEBUG_DIR")  # a storm under investigation: each worker's log
+    if debug_dir:
+        logging.basicConfig(filename=os.path.join(debug_dir, f"worker-{worker:02d}.log"), level=logging.DEBUG,
+                            format="%(asctime)s.%(msecs)03d %(threadName)s %(name)s %(levelname)s %(message)s",
+                            datefmt="%H:%M:%S")
+        for noisy in ("urllib3", "qcloud_cos", "httpx", "openai"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
     services = MemoryServices.from_config(MemoryConfig.load())
     mdir = services.user_agent_dir(user)
     waited = {"s": 0.0}
@@ -68,6 +77,7 @@ def main() -> int:
             kind = "replace" if i % 2 else "save"
             op = f"w{worker:02d}-{i:05d}"
             started, error, waited["s"] = time.monotonic(), "", 0.0
+            logging.getLogger("storm").debug("start %s %s", op, kind)
             try:
                 if kind == "save":
                     mdir.save(f"{op}.md", note(op))
@@ -78,6 +88,7 @@ def main() -> int:
                 outcome, error = "unknown", str(exc)[:200]
             except Exception as exc:
                 outcome, error = "failed", f"{type(exc).__name__}: {str(exc)[:200]}"
+            logging.getLogger("storm").debug("end %s %s %s %s", op, kind, outcome, error)
             fh.write(json.dumps({"op": op, "kind": kind, "outcome": outcome, "error": error,
                                  "wait": round(waited["s"], 4), "seconds": round(time.monotonic() - started, 4)})
                      + "\n")

@@ -268,7 +268,8 @@ class MemoryDir:
         if done == redo.txid or redos.known_done(self.store, prefix, redo.txid):
             return None
         completion = redos.complete(self.store, prefix, redo, executor=self.executor, check=lease.check,
-                                    label=self.place.label, running=not lease.exclusive)
+                                    label=self.place.label, running=not lease.exclusive,
+                                    load_head=lambda: self.load_manifest()[0])
         redos.note_done(self.store, prefix, redo.txid)
         return completion
 

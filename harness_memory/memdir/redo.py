@@ -48,11 +48,12 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import PreconditionFailed, StorageError
+from ..errors import PreconditionFailed, StorageError, WriteConflict
 from ..observe import wrap_context
 
 if TYPE_CHECKING:
     from ..storage.base import ObjectStore, StoredObject
+    from .index import Manifest
 
 log = logging.getLogger(__name__)
 
@@ -183,18 +184,45 @@ class Completion:
     objects: dict[str, StoredObject] = field(default_factory=dict)
     written: list[str] = field(default_factory=list)
     foreign: list[str] = field(default_factory=list)
+    #: Files a later commit had already moved on (pods not excluding each other): left as they are.
+    superseded: list[str] = field(default_factory=list)
 
 
 def complete(store: ObjectStore, prefix: str, redo: Redo, *, executor: Executor | None = None,
-             check: Callable[[], None] = lambda: None, label: str = "", running: bool = False) -> Completion:
-    """Finish ``redo`` (its head is the place's current one, so what it says is the truth): every
-    file it writes holds its new bytes, every file it removes is gone. A file already holding them
-    is left alone; any other content is replaced (conditional on the version just read, so a late
-    PUT of the original writer — the same bytes — cannot interleave). ``check`` runs before each
-    write (the caller's lease); ``running``: the writer may still be at it (the lease is not
+             check: Callable[[], None] = lambda: None, label: str = "", running: bool = False,
+             load_head: Callable[[], Manifest] | None = None) -> Completion:
+    """Finish ``redo``, the record of the head the caller loaded: every file it writes holds its
+    new bytes, every file it removes is gone. A file already holding them is left alone; a file
+    still at the version the commit replaced (``prior``) is written (conditional on that version,
+    so a late PUT of the original writer — the same bytes — cannot interleave).
+
+    A file holding anything else was either written outside this protocol or moved on by a
+    *later* commit: while pods cannot exclude each other (Redis down, or the seconds after it
+    came back), another pod may have committed on top of this head after the caller loaded it,
+    and writing this commit's older text would undo that later, reported-done change (seen in the
+    Redis-outage storm). So the file is replaced only while ``load_head()`` (the place's current
+    head) is still this commit's; otherwise it is left to the later commit, and a removal is
+    carried out only for files the current head does not list (a later commit may have written
+    the name again). ``check`` runs before
+    each write (the caller's lease); ``running``: the writer may still be at it (the lease is not
     exclusive), so finding work to do is no news. Raises StorageError when the store fails (the
-    head keeps the record: the next writer tries again)."""
+    head keeps the record: the next writer tries again), and a retryable ``WriteConflict`` when
+    the file changed under the completion while this commit is still the head."""
     from ..storage.base import StoredObject
+
+    current_head: list[Manifest] = []
+
+    def head() -> Manifest | None:
+        """The place's current head (read once per completion, on demand); None: not asked for."""
+        if load_head is None:
+            return None
+        if not current_head:
+            current_head.append(load_head())
+        return current_head[0]
+
+    def still_head() -> bool:
+        now = head()
+        return now is None or now.txn == redo.txid
 
     out = Completion()
     if redo.object and not redo.writes and not redo.deletes:
@@ -209,6 +237,10 @@ def complete(store: ObjectStore, prefix: str, redo: Redo, *, executor: Executor 
         current = store.get_or_none(key)
         if current is not None and md5_hex(current.data) == w.md5:
             out.objects[w.file] = current
+            return
+        at_prior = (current.etag if current is not None else None) == w.prior
+        if not at_prior and not still_head():  # a later commit moved the file on: not ours to touch
+            out.superseded.append(w.file)
             return
         text = texts.get(w.file)
         if text is None:  # a damaged record: reindex adopts whatever the file holds
@@ -226,7 +258,12 @@ def complete(store: ObjectStore, prefix: str, redo: Redo, *, executor: Executor 
             if again is not None and md5_hex(again.data) == w.md5:
                 out.objects[w.file] = again
                 return
-            raise
+            current_head.clear()  # look again: a later commit may have landed meanwhile
+            if not still_head():
+                out.superseded.append(w.file)
+                return
+            raise WriteConflict(f"{w.file} changed while an unfinished change to it was being completed; "
+                                "try again", retryable=True) from None
         out.objects[w.file] = StoredObject(key, data, etag, 0.0)
         out.written.append(w.file)
 
@@ -236,9 +273,14 @@ def complete(store: ObjectStore, prefix: str, redo: Redo, *, executor: Executor 
     else:
         for w in redo.writes:
             one(w)
-    if redo.deletes:
+    deletes = redo.deletes
+    if deletes and not still_head():  # only names no later commit has written again
+        listed = head().entries  # type: ignore[union-attr]
+        out.superseded.extend(f for f in deletes if f in listed)
+        deletes = [f for f in deletes if f not in listed]
+    if deletes:
         check()
-        failures = store.delete_many([prefix + f for f in redo.deletes])
+        failures = store.delete_many([prefix + f for f in deletes])
         if failures:
             raise StorageError(f"could not remove {failures[0].key} ({failures[0].message})")
     if redo.object:

@@ -64,6 +64,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: A file PUT refused after its head landed is looked at again this many times (another pod kept
+#: writing it while the pods could not exclude each other) before the outcome is called unknown.
+_PUT_FILE_ATTEMPTS = 3
 #: ``write(..., expect=ABSENT)``: create only.
 ABSENT = "absent"
 MARKDOWN = "text/markdown; charset=utf-8"
@@ -537,17 +540,25 @@ class PlaceTxn:
             return store.put_if_match(key, w.data, prior, content_type=MARKDOWN)
         except PreconditionFailed:
             pass
-        current = store.get_or_none(key)
-        if current is not None and md5_hex(current.data) == md5_hex(w.data):
-            return current.etag
-        head, _ = self.dir.load_manifest()
-        if head.txn != manifest.txn:
-            log.info("%s: %s was written over by a later commit before its own write", self.dir.place.label, w.file)
-            return ""
-        self.lease.check(strict=True)
-        if current is None:
-            return store.put_if_absent(key, w.data, content_type=MARKDOWN)
-        return store.put_if_match(key, w.data, current.etag, content_type=MARKDOWN)
+        ours = md5_hex(w.data)
+        for attempt in range(1, _PUT_FILE_ATTEMPTS + 1):
+            current = store.get_or_none(key)
+            if current is not None and md5_hex(current.data) == ours:
+                return current.etag
+            head, _ = self.dir.load_manifest()
+            if head.txn != manifest.txn:
+                log.info("%s: %s was written over by a later commit before its own write", self.dir.place.label,
+                         w.file)
+                return ""
+            self.lease.check(strict=True)
+            try:
+                if current is None:
+                    return store.put_if_absent(key, w.data, content_type=MARKDOWN)
+                return store.put_if_match(key, w.data, current.etag, content_type=MARKDOWN)
+            except PreconditionFailed:  # written again meanwhile (pods not excluding each other): look again
+                if attempt == _PUT_FILE_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
 
     def _search_after(self, writes: list[_Write]) -> Callable[[Manifest], None]:
         """SEARCH INDEX: the one call, made with the manifest the commit wrote (``after_commit``
