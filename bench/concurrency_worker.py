@@ -41,7 +41,7 @@ def main() -> int:
     sys.stdin.readline()
     failures: list[dict[str, str]] = []
     latencies: list[float] = []
-    start = time.time()
+    start, cpu = time.time(), time.process_time()
     for i in range(count):
         t0 = time.perf_counter()
         name = file_name(worker, i)
@@ -49,10 +49,10 @@ def main() -> int:
         latencies.append((time.perf_counter() - t0) * 1000)
         if not answer.startswith("Created"):
             failures.append({"file": name, "answer": answer})
-    end = time.time()
+    end, cpu = time.time(), time.process_time() - cpu
     services.close()
     print(json.dumps({"worker": worker, "start": start, "end": end, "saved": count - len(failures),
-                      "failures": failures, "latencies_ms": latencies}), flush=True)
+                      "failures": failures, "latencies_ms": latencies, "cpu_s": cpu}), flush=True)
     return 0
 
 

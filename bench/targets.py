@@ -147,6 +147,10 @@ def _writers_8(md: str | None) -> Target:
     measured = (f"{_fmt(rate)} saves/s ({cells.get('saves', '?')} saves, p50 {cells.get('save p50 ms', '?')} ms per "
                 f"save); lost: MEMORY.md {cells.get('lost MEMORY.md entries', '?')}, manifest "
                 f"{cells.get('lost manifest entries', '?')}; failed saves {failed:.0f}")
+    pod, server = num(row, "pod CPU ms/save"), num(row, "server CPU ms/save")
+    if pod is not None and server is not None:
+        measured += (f"; CPU per save: pods {_fmt(pod)} ms + SeaweedFS and Redis {_fmt(server)} ms, so 2 cores "
+                     f"carry at most ~{2000 / (pod + server):.0f} saves/s")
     return Target(name, SCALE, measured, rate >= 200 and lost == 0 and failed == 0, how,
                   f"{_fmt(rate)} saves/s, {lost:.0f} lost, {failed:.0f} failed")
 
