@@ -148,7 +148,7 @@ def _writers_8(md: str | None) -> Target:
                 f"save); lost: MEMORY.md {cells.get('lost MEMORY.md entries', '?')}, manifest "
                 f"{cells.get('lost manifest entries', '?')}; failed saves {failed:.0f}")
     pod, server = num(row, "pod CPU ms/save"), num(row, "server CPU ms/save")
-    if pod is not None and server is not None:
+    if pod is not None and server is not None and pod + server > 0:
         measured += (f"; CPU per save: pods {_fmt(pod)} ms + SeaweedFS and Redis {_fmt(server)} ms, so 2 cores "
                      f"carry at most ~{2000 / (pod + server):.0f} saves/s")
     return Target(name, SCALE, measured, rate >= 200 and lost == 0 and failed == 0, how,

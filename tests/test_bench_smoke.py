@@ -115,7 +115,8 @@ def test_issue_18_targets_are_judged_from_full_size_tables() -> None:
             ["cos", "redis", 1000, "save_file (overwrite)", 60, overwrite_ms, 14.0, 3.0]])
 
     def storm(rate: float, lost: int) -> str:
-        return table(bench_concurrency.HEADERS, [["cos + Redis lock", 8, 240, rate, "5.00×", 9.0, 20.0, 0, lost, 0]])
+        return table(bench_concurrency.HEADERS,
+                     [["cos + Redis lock", 8, 240, rate, "5.00×", 9.0, 20.0, "6.0", "4.0", 0, lost, 0]])
 
     def judged(**sections: str) -> dict[str, bool | None]:
         return {t.name: t.met for t in evaluate_targets(sections) if t.issue == "#18 scale"}
@@ -128,6 +129,8 @@ def test_issue_18_targets_are_judged_from_full_size_tables() -> None:
     assert list(missed.values()) == [False, False, False]
     assert judged(concurrency=storm(199.0, 0))["8 processes saving into one place: ≥ 200 saves/s, 0 lost entries"] \
         is False
+    assert "pods 6.00 ms + SeaweedFS and Redis 4.00 ms, so 2 cores carry at most ~200 saves/s" in next(
+        t.measured for t in evaluate_targets({"concurrency": storm(199.0, 0)}) if t.name.startswith("8 processes"))
 
 
 def test_update_keeps_a_section_it_did_not_rerun_as_it_was() -> None:
