@@ -23,7 +23,8 @@ So a save costs two write round trips, and:
 * a writer whose file writes all landed says so beside the lock in Redis (the *done* marker, set
   with the lock's release) and remembers it in the pod, so the next holder does not check the
   files again; without either it checks them (one GET each, concurrently) and writes what is
-  missing. A redo is idempotent: a file already holding the new bytes is left alone.
+  missing. A redo is idempotent: a file already holding the new bytes is left alone, and one that
+  a later commit has already moved on (pods not excluding each other) is never written back.
 
 The record rides whole in the head while it is small (``INLINE_TEXT_BYTES``, ``INLINE_FILES``: one
 save, or a group commit of a few); a bigger one (an import, a snapshot) is first PUT as
@@ -203,25 +204,28 @@ def complete(store: ObjectStore, prefix: str, redo: Redo, *, executor: Executor 
     Redis-outage storm). So the file is replaced only while ``load_head()`` (the place's current
     head) is still this commit's; otherwise it is left to the later commit, and a removal is
     carried out only for files the current head does not list (a later commit may have written
-    the name again). ``check`` runs before
-    each write (the caller's lease); ``running``: the writer may still be at it (the lease is not
-    exclusive), so finding work to do is no news. Raises StorageError when the store fails (the
-    head keeps the record: the next writer tries again), and a retryable ``WriteConflict`` when
-    the file changed under the completion while this commit is still the head."""
+    the name again). ``check`` runs before each write (the caller's lease); ``running``: the
+    writer may still be at it (the lease is not exclusive), so finding work to do is no news.
+    Raises StorageError when the store fails (the head keeps the record: the next writer tries
+    again), and a retryable ``WriteConflict`` when the file changed under the completion while
+    this commit is still the head."""
     from ..storage.base import StoredObject
 
     current_head: list[Manifest] = []
+    head_lock = threading.Lock()  # the files are completed side by side
 
-    def head() -> Manifest | None:
-        """The place's current head (read once per completion, on demand); None: not asked for."""
+    def head(fresh: bool = False) -> Manifest | None:
+        """The place's current head (read once per completion on demand, or again when ``fresh``);
+        None without ``load_head``."""
         if load_head is None:
             return None
-        if not current_head:
-            current_head.append(load_head())
-        return current_head[0]
+        with head_lock:
+            if fresh or not current_head:
+                current_head[:] = [load_head()]
+            return current_head[0]
 
-    def still_head() -> bool:
-        now = head()
+    def still_head(fresh: bool = False) -> bool:
+        now = head(fresh)
         return now is None or now.txn == redo.txid
 
     out = Completion()
@@ -258,8 +262,7 @@ def complete(store: ObjectStore, prefix: str, redo: Redo, *, executor: Executor 
             if again is not None and md5_hex(again.data) == w.md5:
                 out.objects[w.file] = again
                 return
-            current_head.clear()  # look again: a later commit may have landed meanwhile
-            if not still_head():
+            if not still_head(fresh=True):  # look again: a later commit may have landed meanwhile
                 out.superseded.append(w.file)
                 return
             raise WriteConflict(f"{w.file} changed while an unfinished change to it was being completed; "
