@@ -289,3 +289,17 @@ def test_completing_a_file_that_changed_under_the_completion_is_a_retryable_conf
     assert caught.value.retryable
     b_dir.save("y.md", doc("y"))  # the next transaction completes it: the head is the truth
     assert "new" in b_dir.read("x.md").text
+
+
+def test_a_file_write_refused_twice_after_its_head_is_looked_at_again_not_given_up(pods: Pods) -> None:
+    """While pods cannot exclude each other a file may be written again between our look and our
+    write; the writer looks again (its head is still the place's) instead of calling the outcome
+    unknown after the second refusal."""
+    svc, store = pods(redis=False)
+    mdir = svc.user_agent_dir("u")
+    mdir.save("x.md", doc("old"))
+    rule = store.fail(on(("put_if_match",), "/x.md"), PreconditionFailed("written meanwhile"), times=2)
+    said = MemoryTools(mdir).save_file("x.md", doc("new"))
+    assert said.startswith("Updated"), said
+    assert rule.hits == 2 and "new" in mdir.read("x.md").text
+    assert mdir.manifest().entries["x.md"].size == len(doc("new").encode())
