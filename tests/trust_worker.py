@@ -5,6 +5,8 @@ Run as ``python -m tests.trust_worker USER WORKER SECONDS LOGFILE`` with ``HARNE
 set. Prints ``ready`` once built and starts on a line on stdin; one JSON line per operation
 goes to LOGFILE: ``op``, ``kind`` (save / replace), ``outcome`` (done / failed / unknown),
 ``error``, ``wait`` (seconds spent waiting for the place lock) and ``seconds`` (the whole operation).
+With ``HM_STORM_DEBUG_DIR`` set, each worker also writes a DEBUG log there (``worker-NN.log``: every
+operation's start and end beside the library's own log lines) to trace a lost or leaked operation.
 """
 
 from __future__ import annotations
