@@ -6,8 +6,10 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 SERVE_HOST ?= 127.0.0.1
 SERVE_PORT ?= 8765
 # Two pytest workers (each with its own SeaweedFS and redis-server): most tests wait on servers and
-# subprocesses, so the suite takes about 2/3 of the serial time on 2 cores. PYTEST_ARGS= runs it serially.
-PYTEST_ARGS ?= -n 2
+# subprocesses, so the suite takes about 2/3 of the serial time on 2 cores. Tests marked
+# xdist_group("storms") (8-process storms, the bench smoke run) share one worker, one at a time.
+# PYTEST_ARGS= runs the suite serially.
+PYTEST_ARGS ?= -n 2 --dist loadgroup
 
 .PHONY: test serve bench eval-model lint venv redis-server chromium clean
 

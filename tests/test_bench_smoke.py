@@ -20,7 +20,9 @@ from bench.run import BENCHES, END, START, Section, readme_block, replace_block,
 from bench.targets import evaluate_targets, find_row, parse_tables
 from tests.servers import RedisServer, SeaweedFS
 
-pytestmark = pytest.mark.timeout(300)
+#: One worker runs the module (its fixture runs every bench once) and the other multi-process storms
+#: (``make test`` uses ``--dist loadgroup``), so two storms never share the 2 cores.
+pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("storms")]
 
 
 @pytest.fixture(scope="module")

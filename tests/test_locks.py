@@ -123,6 +123,7 @@ def run_storm(cfg: MemoryConfig, tmp_path: Path, processes: int = 8, per_process
     return files
 
 
+@pytest.mark.xdist_group("storms")
 def test_write_storm_cos_with_redis_lock(make_config: Callable[..., MemoryConfig], tmp_path: Path) -> None:
     # Conditional PUT off, as on real COS: the Redis lock alone must keep the index whole.
     cfg = make_config(backend="cos", redis=True, store={"cos_conditional_put": "off"})
@@ -130,6 +131,7 @@ def test_write_storm_cos_with_redis_lock(make_config: Callable[..., MemoryConfig
     assert len(files) == 200 and len(set(files)) == 200
 
 
+@pytest.mark.xdist_group("storms")
 def test_write_storm_local_store(make_config: Callable[..., MemoryConfig], tmp_path: Path) -> None:
     cfg = make_config(backend="local")
     files = run_storm(cfg, tmp_path)

@@ -134,6 +134,7 @@ def test_place_lock_excludes_across_pods(
         pass
 
 
+@pytest.mark.xdist_group("storms")
 @pytest.mark.parametrize("topology", ["sentinel", "cluster"])  # TLS changes the connection, not the lock
 def test_write_storm_with_the_redis_lock_loses_nothing(
     topology: str, make_config: Callable[..., MemoryConfig], tmp_path: Path,

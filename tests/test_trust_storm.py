@@ -7,9 +7,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from harness_memory.config import MemoryConfig
 from tests.servers import RedisServer, SeaweedFS
 from tests.trust_storm import run
+
+#: 8-process storms run on one pytest worker (``make test``: ``--dist loadgroup``), one at a time.
+pytestmark = pytest.mark.xdist_group("storms")
 
 #: Short lease and store timeout so a few seconds hold several stalls (they fit the start-up rule).
 LIMITS = {"lock_ttl_seconds": 1.5, "lock_wait_seconds": 20.0}
