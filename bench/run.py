@@ -195,11 +195,14 @@ def results_markdown(sections: list[Section], targets: list[Target], started: dt
     return "\n".join(out) + "\n"
 
 
-def readme_block(targets: list[Target], sections: list[Section], started: dt.datetime) -> str:
+def readme_block(targets: list[Target], sections: list[Section], started: dt.datetime,
+                 rerun: tuple[str, ...] = ()) -> str:
     rows = [[t.name, t.short or t.measured, t.verdict] for t in targets]
     rows += [[c.label, c.short, ""] for c in summary_rows(sections_by_key(sections))]
+    when = (f"(the {', '.join(rerun)} section{'s' if len(rerun) > 1 else ''} re-run on {started:%Y-%m-%d}, the "
+            "others as recorded in RESULTS.md)" if rerun else f"on {started:%Y-%m-%d}")
     return "\n".join([
-        f"Measured by `make bench` on {started:%Y-%m-%d} ({os.cpu_count()} cores, loopback servers); "
+        f"Measured by `make bench` {when} ({os.cpu_count()} cores, loopback servers); "
         "full tables, machine and method in [bench/RESULTS.md](bench/RESULTS.md).",
         "",
         _table(["what", "measured", "target"], rows),
@@ -289,8 +292,8 @@ def main(argv: list[str]) -> int:
         print(report)
     else:
         RESULTS.write_text(report, encoding="utf-8")
-        README.write_text(replace_block(README.read_text(encoding="utf-8"), readme_block(targets, sections, started)),
-                          encoding="utf-8")
+        block = readme_block(targets, sections, started, tuple(only) if update else ())
+        README.write_text(replace_block(README.read_text(encoding="utf-8"), block), encoding="utf-8")
         print(f"wrote {RESULTS.relative_to(ROOT)} and the README's bench block", file=sys.stderr)
         for t in targets:
             print(f"  {t.verdict:12} {t.name}: {t.measured}", file=sys.stderr)
