@@ -152,7 +152,7 @@ def run(quick: bool = False) -> str:
     with servers(redis=True) as (weed, red):
         deployments = [
             ("cos + Redis lock", lambda: config_for("cos", weed, red, store={"cos_conditional_put": "off"}),
-             [weed.pid, red._proc.pid] if red is not None and red._proc is not None else [weed.pid]),
+             [pid for pid in (weed.pid, red.pid if red is not None else None) if pid is not None]),
             ("local + flock", lambda: config_for("local"), []),
         ]
         for name, make, pids in deployments:

@@ -401,6 +401,11 @@ class RedisServer:
         return f"redis://{HOST}:{self.port}/0"
 
     @property
+    def pid(self) -> int | None:
+        """The server process while it runs (the benches read its CPU time)."""
+        return self._proc.pid if self._proc is not None else None
+
+    @property
     def log_path(self) -> Path:
         return self.dir / "redis.log"
 

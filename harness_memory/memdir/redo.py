@@ -132,7 +132,7 @@ class Redo:
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> Redo:
         """A record as the head (or its object) holds it; one that lives in an object has no rows
-        until ``load_object`` reads them."""
+        until ``complete`` reads the object."""
         writes, texts = [], {}
         for row in raw.get("writes") or []:
             file = str(row["file"])
@@ -211,21 +211,10 @@ def complete(store: ObjectStore, prefix: str, redo: Redo, *, executor: Executor 
     this commit is still the head."""
     from ..storage.base import StoredObject
 
-    current_head: list[Manifest] = []
-    head_lock = threading.Lock()  # the files are completed side by side
-
-    def head(fresh: bool = False) -> Manifest | None:
-        """The place's current head (read once per completion on demand, or again when ``fresh``);
-        None without ``load_head``."""
-        if load_head is None:
-            return None
-        with head_lock:
-            if fresh or not current_head:
-                current_head[:] = [load_head()]
-            return current_head[0]
+    head = _CurrentHead(load_head)
 
     def still_head(fresh: bool = False) -> bool:
-        now = head(fresh)
+        now = head.get(fresh)
         return now is None or now.txn == redo.txid
 
     out = Completion()
@@ -278,7 +267,7 @@ def complete(store: ObjectStore, prefix: str, redo: Redo, *, executor: Executor 
             one(w)
     deletes = redo.deletes
     if deletes and not still_head():  # only names no later commit has written again
-        listed = head().entries  # type: ignore[union-attr]
+        listed = head.get().entries  # type: ignore[union-attr]
         out.superseded.extend(f for f in deletes if f in listed)
         deletes = [f for f in deletes if f not in listed]
     if deletes:
@@ -297,6 +286,25 @@ def complete(store: ObjectStore, prefix: str, redo: Redo, *, executor: Executor 
                 ", ".join(out.written) or "nothing",
                 f"; texts missing for: {', '.join(out.foreign)}" if out.foreign else "")
     return out
+
+
+class _CurrentHead:
+    """The place's current head as ``complete`` needs it: read on demand, once per completion (or
+    again when asked ``fresh``), shared by the files completed side by side."""
+
+    def __init__(self, load: Callable[[], Manifest] | None) -> None:
+        self._load = load
+        self._lock = threading.Lock()
+        self._head: Manifest | None = None
+
+    def get(self, fresh: bool = False) -> Manifest | None:
+        """None when the caller gave no way to read it (the record is then taken as current)."""
+        if self._load is None:
+            return None
+        with self._lock:
+            if fresh or self._head is None:
+                self._head = self._load()
+            return self._head
 
 
 def _load_object(store: ObjectStore, prefix: str, redo: Redo) -> Redo | None:
