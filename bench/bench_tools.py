@@ -41,14 +41,19 @@ class OpResult:
     op: str
     times_ms: list[float]
     requests: list[int]
+    #: CPU time of this (client) process over all the calls: its threads' work included, the
+    #: servers' not. The cost model of the README's capacity section stands on it.
+    cpu_s: float = 0.0
 
     def row(self) -> list[object]:
         per_op = sum(self.requests) / len(self.requests) if self.requests else float("nan")
+        cpu = 1000 * self.cpu_s / len(self.times_ms) if self.times_ms else float("nan")
         return [self.backend, self.lock, self.memories, self.op, len(self.times_ms), p50(self.times_ms),
-                pct(self.times_ms, 95), round(per_op, 1)]
+                pct(self.times_ms, 95), round(per_op, 1), round(cpu, 2)]
 
 
-HEADERS = ["backend", "lock", "memories in place", "tool", "calls", "p50 ms", "p95 ms", "store requests / call"]
+HEADERS = ["backend", "lock", "memories in place", "tool", "calls", "p50 ms", "p95 ms", "store requests / call",
+           "client CPU ms / call"]
 
 
 def _expect(answer: str, *prefixes: str) -> None:
@@ -72,6 +77,7 @@ def measure(backend: str, weed: object, redis: object, n: int, repeat: int) -> l
             times: list[float] = []
             requests: list[int] = []
             tools.list_files()  # one untimed call: connection pool and caches warm
+            cpu = time.process_time()
             for call in calls:
                 before = store.request_count
                 t0 = time.perf_counter()
@@ -79,7 +85,7 @@ def measure(backend: str, weed: object, redis: object, n: int, repeat: int) -> l
                 times.append((time.perf_counter() - t0) * 1000)
                 requests.append(store.request_count - before)
                 _expect(answer, *ok)
-            results.append(OpResult(backend, lock, n, op, times, requests))
+            results.append(OpResult(backend, lock, n, op, times, requests, time.process_time() - cpu))
 
         existing = [f"m{i:05d}.md" for i in range(min(n, repeat))]
         existing = (existing * (repeat // max(1, len(existing)) + 1))[:repeat]
@@ -102,13 +108,14 @@ def measure(backend: str, weed: object, redis: object, n: int, repeat: int) -> l
         for op, fn in (("store PUT, 300 B (one request)", lambda: store.put(place_key, data)),
                        ("store GET, 300 B (one request)", lambda: store.get(place_key))):
             times, counts = [], []
+            cpu = time.process_time()
             for _ in range(repeat):
                 before = store.request_count
                 t0 = time.perf_counter()
                 fn()
                 times.append((time.perf_counter() - t0) * 1000)
                 counts.append(store.request_count - before)
-            results.append(OpResult(backend, lock, n, op, times, counts))
+            results.append(OpResult(backend, lock, n, op, times, counts, time.process_time() - cpu))
         store.delete(place_key)
         return results
     finally:
@@ -129,7 +136,9 @@ def run(quick: bool = False) -> str:
             "the Redis lock's SET/EVAL are not store requests. The two `store …` rows are single requests "
             "straight through the store (no tool, no lock): the floor a tool call stands on, on this machine. "
             "A save is two write round trips in a row (the manifest head, then the file beside MEMORY.md and "
-            "the search delta) plus the Redis lock.")
+            "the search delta) plus the Redis lock. *client CPU* is this process's CPU time per call (its "
+            "I/O threads included, the servers' not): on the COS rows most of it is the HTTP client under "
+            "the COS SDK, about the single-request rows' figure per store request.")
     return "\n\n".join([f"### Tool operations through MemoryTools ({'quick' if quick else 'full'})",
                         table(HEADERS, [r.row() for r in results]), note])
 

@@ -124,10 +124,13 @@ def _save_1k(md: str | None) -> Target:
         return Target(name, SCALE, "n/a", None, how)
     measured = (f"new file p50 {_fmt(pn)} ms (p95 {_fmt(num(new, 'p95 ms') or float('nan'))} ms), overwrite p50 "
                 f"{_fmt(po)} ms; {(new or {}).get('store requests / call', '?')} store requests per save")
-    floor = num(find_row(md, backend="cos", tool="store PUT, 300 B (one request)",
-                         **{"memories in place": "1000"}), "p50 ms")
+    lone = find_row(md, backend="cos", tool="store PUT, 300 B (one request)", **{"memories in place": "1000"})
+    floor = num(lone, "p50 ms")
     if floor:
         measured += f"; one store PUT on this machine p50 {_fmt(floor)} ms (a save = {max(pn, po) / floor:.1f}×)"
+    cpu_save, cpu_put = num(new, "client CPU ms / call"), num(lone, "client CPU ms / call")
+    if cpu_save and cpu_put:
+        measured += f"; client CPU {_fmt(cpu_save)} ms per save, {_fmt(cpu_put)} ms per lone PUT"
     return Target(name, SCALE, measured, max(pn, po) <= 10, how, f"new {_fmt(pn)} ms, overwrite {_fmt(po)} ms")
 
 

@@ -395,6 +395,61 @@ def test_cos_maps_http_status(status_server: int, status: int, error: type[Stora
         assert type(err.value) is error
 
 
+def test_cos_requests_go_straight_to_the_adapter(cos_store: CosStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """#18: a COS request skips ``Session.request``'s merging (a fifth of its client CPU): every
+    operation works with that path made to fail."""
+    import requests
+
+    def merged(*args: object, **kwargs: object) -> None:
+        raise AssertionError("Session.prepare_request was used")
+
+    monkeypatch.setattr(requests.Session, "prepare_request", merged)
+    etag = cos_store.put("memory/direct.md", b"one")
+    assert cos_store.get("memory/direct.md").data == b"one"
+    cos_store.put_if_match("memory/direct.md", b"two", etag)
+    with pytest.raises(PreconditionFailed):
+        cos_store.put_if_absent("memory/direct.md", b"three")
+    assert cos_store.head("memory/direct.md").size == 3
+    assert [i.key for i in cos_store.list("memory/")] == ["memory/direct.md"]
+    cos_store.delete("memory/direct.md")
+    with pytest.raises(ObjectNotFound):
+        cos_store.get("memory/direct.md")
+
+
+def test_cos_direct_session_follows_a_redirect_only_when_asked(cos_store: CosStore, seaweedfs: SeaweedFS,
+                                                               cos_bucket: str) -> None:
+    """The direct path has no redirect machinery of its own: a redirect is sent again through
+    ``Session.request`` when the caller allows redirects, and returned as it is when not (the
+    SDK's default, ``AllowRedirects=False``)."""
+    from harness_memory.storage.cos import _DirectSession
+
+    cos_store.put("memory/moved.md", b"followed")
+    target = f"http://{seaweedfs.domain_for(cos_bucket)}/memory/moved.md"
+
+    class Redirect(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(307)
+            self.send_header("Location", target)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        with _DirectSession() as session:
+            url = f"http://127.0.0.1:{server.server_address[1]}/moved.md"
+            followed = session.get(url, timeout=5)
+            assert (followed.status_code, followed.content) == (200, b"followed")
+            kept = session.get(url, timeout=5, allow_redirects=False)
+            assert kept.status_code == 307 and kept.headers["Location"] == target
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_cos_conditional_put_off_degrades_put_if_match(seaweedfs: SeaweedFS, cos_bucket: str) -> None:
     """Real-COS mode: If-Match is not sent, so a stale etag wins (the caller's lock guards)."""
     settings = {**cos_test_settings(seaweedfs, cos_bucket), "cos_conditional_put": "off"}

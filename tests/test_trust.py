@@ -452,3 +452,27 @@ def test_a_summary_slower_than_the_session_lock_ttl_is_stored(make_config: Calla
     finally:
         for p in pods:
             p.close()
+
+
+# -- a new memory costs no read of its file ------------------------------------------------------
+@pytest.mark.parametrize("conditional", ["on", "off"])
+def test_a_new_memory_is_saved_without_reading_its_file_yet_a_name_another_pod_created_is_read(
+        pods: Pods, conditional: str) -> None:
+    """#18: a save read the file it writes beside the head even when it is new (a GET per save on
+    real COS). Once the pod remembers the place's head, a name that head does not list is not
+    read; a name another pod created meanwhile is still read (its version is the write's
+    condition and the answer says "Updated", not "Created")."""
+    a, a_store = pods(store={"cos_conditional_put": conditional})
+    b, _ = pods(store={"cos_conditional_put": conditional})
+    a_dir, b_dir = a.user_agent_dir("u"), b.user_agent_dir("u")
+    assert a_dir.save("first.md", doc("one")).created
+    a_store.calls.log.clear()
+    assert a_dir.save("second.md", doc("two")).created
+    assert ("get", a_dir.place.key("second.md")) not in a_store.calls.log
+    assert b_dir.save("shared.md", doc("by B")).created  # A's remembered head does not list it
+    a_store.calls.log.clear()
+    said = MemoryTools(a_dir).save_file("shared.md", doc("by A"))
+    assert said.startswith("Updated memory shared.md"), said
+    assert ("get", a_dir.place.key("shared.md")) in a_store.calls.log
+    assert "by A" in b_dir.read("shared.md").text
+    assert set(b_dir.manifest().entries) == {"first.md", "second.md", "shared.md"}

@@ -99,6 +99,16 @@ def recall(store: ObjectStore, prefix: str, etag: str) -> tuple[Manifest, dict[s
     return out, files
 
 
+def lists(store: ObjectStore, prefix: str, file: str) -> bool | None:
+    """Whether the last head this pod remembers for the place lists ``file`` (None: no head is
+    remembered). A hint only, never a decision: a save uses it to skip reading a file its last
+    head did not list (the commit still checks the head it reads, and reads a file that head
+    lists after all)."""
+    with _lock:
+        held = _heads.get((id(store), prefix))
+        return None if held is None else file in held.manifest.entries
+
+
 def forget(store: ObjectStore, prefix: str) -> None:
     with _lock:
         _heads.pop((id(store), prefix), None)
@@ -110,4 +120,4 @@ def clear() -> None:
         _heads.clear()
 
 
-__all__ = ["clear", "forget", "private_copy", "recall", "remember"]
+__all__ = ["clear", "forget", "lists", "private_copy", "recall", "remember"]
