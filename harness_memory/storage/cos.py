@@ -327,7 +327,9 @@ class _DirectSession(requests.Session):
     requests 2.34), and a pod's CPU per store request is what bounds its saves per second. The
     same ``PreparedRequest``, ``HTTPAdapter``, ``Response`` and exceptions are used, so the SDK's
     retries and our error mapping see exactly what they saw. A redirect (COS does not send one
-    for these requests) is sent again through the full ``Session.request``, which follows it."""
+    for these requests) is sent again through the full ``Session.request``, which follows it.
+    Instrumentation that patches ``Session.send`` (OpenTelemetry's requests instrumentor) does not
+    see these requests; the store's own metrics and spans (``Telemetry.store_request``) do."""
 
     def request(self, method: str | bytes, url: str | bytes, params: Any = None, data: Any = None,
                 headers: Any = None, cookies: Any = None, files: Any = None, auth: Any = None,
