@@ -450,6 +450,44 @@ def test_cos_direct_session_follows_a_redirect_only_when_asked(cos_store: CosSto
         server.server_close()
 
 
+def test_cos_redirect_is_an_error_not_a_stored_object(cos_store: CosStore, seaweedfs: SeaweedFS,
+                                                       cos_bucket: str) -> None:
+    """The SDK follows no redirect and hands any status below 400 back as success: through a
+    proxy answering 307, a PUT was reported stored (nothing was) and a GET read an empty body.
+    Now both are errors that say what to fix, and nothing is written."""
+    class Redirect(BaseHTTPRequestHandler):
+        def _go(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length:
+                self.rfile.read(length)
+            self.send_response(307)
+            self.send_header("Location", f"http://{seaweedfs.domain_for('')[:-1]}{self.path}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_GET = do_PUT = do_HEAD = do_DELETE = _go
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    cos_store.put("memory/there.md", b"stored directly")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        settings = {**cos_test_settings(seaweedfs, cos_bucket),
+                    "cos_domain": f"127.0.0.1:{server.server_address[1]}/{cos_bucket}"}
+        with closing(CosStore(**settings)) as store:
+            with pytest.raises(StorageError, match=r"HTTP 307 \(a redirect\) to write memory/moved\.md"):
+                store.put("memory/moved.md", b"never stored")
+            with pytest.raises(StorageError, match=r"HTTP 307 \(a redirect\) to read memory/there\.md"):
+                store.get("memory/there.md")
+        with pytest.raises(ObjectNotFound):
+            cos_store.get("memory/moved.md")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_cos_conditional_put_off_degrades_put_if_match(seaweedfs: SeaweedFS, cos_bucket: str) -> None:
     """Real-COS mode: If-Match is not sent, so a stale etag wins (the caller's lock guards)."""
     settings = {**cos_test_settings(seaweedfs, cos_bucket), "cos_conditional_put": "off"}

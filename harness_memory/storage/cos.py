@@ -240,14 +240,22 @@ class CosStore(ObjectStore):
         with self._count_lock:
             self.request_count += 1
         with self.telemetry.store_request(f"put_if_{cond}" if cond else _OPS.get(action, action)):
+            self._session.forget_status()
             try:
-                return fn()
+                out = fn()
             except CosServiceError as exc:
                 raise self._service_error(exc, action, key, cond) from exc
             except CosClientError as exc:
                 raise self._client_error(str(exc), action, key, exc.__context__) from exc
             except _NETWORK_ERRORS as exc:  # raised while reading a body, outside the SDK
                 raise self._client_error(str(exc), action, key, exc) from exc
+            status = self._session.last_status()
+            if status is not None and 300 <= status < 400:
+                # The SDK hands any status below 400 back as success (it follows no redirect): a
+                # PUT would be "stored" and a GET would read an empty body. Neither happened.
+                raise StorageError(f"{self._where} answered HTTP {status} (a redirect) to {action} {key}; "
+                                   "it was not done. Point cos_endpoint / cos_domain at the store itself")
+            return out
 
     def _service_error(self, exc: CosServiceError, action: str, key: str, cond: Condition) -> StorageError:
         status = int(exc.get_status_code() or 0)
@@ -331,14 +339,25 @@ class _DirectSession(requests.Session):
     Instrumentation that patches ``Session.send`` (OpenTelemetry's requests instrumentor) does not
     see these requests; the store's own metrics and spans (``Telemetry.store_request``) do."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._answers = threading.local()
+
+    def last_status(self) -> int | None:
+        """The HTTP status of the last response this thread received (None: none since ``forget``)."""
+        return getattr(self._answers, "status", None)
+
+    def forget_status(self) -> None:
+        self._answers.status = None
+
     def request(self, method: str | bytes, url: str | bytes, params: Any = None, data: Any = None,
                 headers: Any = None, cookies: Any = None, files: Any = None, auth: Any = None,
                 timeout: Any = None, allow_redirects: bool = True, proxies: Any = None, hooks: Any = None,
                 stream: bool | None = None, verify: Any = None, cert: Any = None, json: Any = None
                 ) -> requests.Response:
         if cookies or hooks:  # not sent by the SDK: keep requests' own handling for them
-            return super().request(method, url, params, data, headers, cookies, files, auth, timeout,
-                                   allow_redirects, proxies, hooks, stream, verify, cert, json)
+            return self._noted(super().request(method, url, params, data, headers, cookies, files, auth, timeout,
+                                               allow_redirects, proxies, hooks, stream, verify, cert, json))
         verb = method.decode() if isinstance(method, bytes) else method
         prepared = requests.PreparedRequest()
         prepared.prepare(method=verb.upper(), url=url, headers=headers, files=files, data=data, params=params,
@@ -349,10 +368,14 @@ class _DirectSession(requests.Session):
             cert=self.cert if cert is None else cert, proxies={**self.proxies, **(proxies or {})})
         if resp.is_redirect and allow_redirects:
             resp.close()
-            return super().request(method, url, params, data, headers, cookies, files, auth, timeout,
-                                   allow_redirects, proxies, hooks, stream, verify, cert, json)
+            return self._noted(super().request(method, url, params, data, headers, cookies, files, auth, timeout,
+                                               allow_redirects, proxies, hooks, stream, verify, cert, json))
         if not stream:
             _ = resp.content  # read it whole: only then does the connection go back to the pool
+        return self._noted(resp)
+
+    def _noted(self, resp: requests.Response) -> requests.Response:
+        self._answers.status = resp.status_code
         return resp
 
 
