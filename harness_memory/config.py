@@ -54,7 +54,8 @@ class StoreConfig(_Section):
     cos_domain: str | None = Field(
         None,
         description="Host (and path) used verbatim, no bucket added; `127.0.0.1:8333/bucket` gives "
-        "path-style for a local S3/COS server.",
+        "path-style for a local S3/COS server. It must be the store itself: a redirect (3xx) is an error, "
+        "never followed or taken as success.",
     )
     cos_scheme: Literal["http", "https"] = Field("https", description="`http` or `https`.")
     cos_anonymous: bool = Field(False, description="Send unsigned requests (local test servers).")
