@@ -334,10 +334,12 @@ class _DirectSession(requests.Session):
     cost ~0.4 ms of CPU per request here (about a fifth of a request's client CPU, measured with
     requests 2.34), and a pod's CPU per store request is what bounds its saves per second. The
     same ``PreparedRequest``, ``HTTPAdapter``, ``Response`` and exceptions are used, so the SDK's
-    retries and our error mapping see exactly what they saw. A redirect (COS does not send one
-    for these requests) is sent again through the full ``Session.request``, which follows it.
-    Instrumentation that patches ``Session.send`` (OpenTelemetry's requests instrumentor) does not
-    see these requests; the store's own metrics and spans (``Telemetry.store_request``) do."""
+    retries and our error mapping see exactly what they saw. The SDK asks for no redirects; a
+    caller that allows them has one sent again through the full ``Session.request``, which
+    follows it. Each thread's last status is kept for ``CosStore._call``, which refuses a 3xx the
+    SDK would pass on as success. Instrumentation that patches ``Session.send`` (OpenTelemetry's
+    requests instrumentor) does not see these requests; the store's own metrics and spans
+    (``Telemetry.store_request``) do."""
 
     def __init__(self) -> None:
         super().__init__()
