@@ -4,9 +4,9 @@ Run as ``python -m bench.concurrency_worker USER WORKER COUNT`` with ``HARNESS_M
 (the same approach as ``tests/storm_worker.py``). Why a start gate: importing agno and opening
 the store clients takes a second or more per process, much longer than the saves themselves on
 this machine; timing from process start would measure Python start-up. So the worker sets
-everything up (touches the place once, opening its connections, and saves once into a place of its own,
-loading what a pod's first save loads), prints ``READY``, waits
-for a line on stdin, and only then saves, timing each ``save_file``. Its last stdout line is a
+everything up (touches the place once, opening its connections, and saves once into a place of
+its own, loading what a pod's first save loads), prints ``READY``, waits for a line on stdin, and
+only then saves, timing each ``save_file``. Its last stdout line is a
 JSON report: wall-clock start/end (``time.time()``, comparable across processes on one
 machine), per-save latencies and the answers that were not ``Created``.
 """
