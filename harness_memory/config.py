@@ -198,7 +198,8 @@ class AgentConfig(_Section):
     scope: Literal["user", "project", "local"] = Field(
         "user", description="Scope guidance in the prompt: `user`, `project` or `local`."
     )
-    snapshots_dir: Path = Field(Path("snapshots"), description="Folder of `<agent_type>/` snapshots.")
+    snapshots_dir: Path = Field(Path("snapshots"), description="Folder of `<agent_type>/` snapshots (relative: "
+                                "to the YAML file that sets it, else to the working directory).")
 
 
 class SessionConfig(_Section):
@@ -420,6 +421,7 @@ class MemoryConfig(_Section):
         path = yaml_path or env.get(ENV_PREFIX + "CONFIG")
         if path:
             data = _read_yaml(Path(path).expanduser())
+            _relative_to_file(data, Path(path).expanduser())
         for env_name, section, field in _env_fields():
             if env_name in env:
                 data.setdefault(section, {})[field] = env[env_name]
@@ -481,6 +483,15 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         elif not isinstance(values, dict):
             raise ConfigError(f"section {section!r} of config file {path} must be a mapping")
     return loaded
+
+
+def _relative_to_file(data: dict[str, Any], path: Path) -> None:
+    """A relative ``agent.snapshots_dir`` in a YAML file names a folder beside that file, so every
+    command finds the same snapshots whatever directory it is run from."""
+    agent = data.get("agent")
+    folder = agent.get("snapshots_dir") if isinstance(agent, dict) else None
+    if isinstance(folder, str) and folder and not Path(folder).expanduser().is_absolute():
+        agent["snapshots_dir"] = str(path.resolve().parent / folder)
 
 
 def _env_fields() -> Iterator[tuple[str, str, str]]:
