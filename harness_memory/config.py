@@ -177,7 +177,7 @@ class ModelConfig(_Section):
     light_api_key: SecretStr | None = Field(None, description="Light model key (default: `api_key`).")
     model_profile: Literal["hosted", "local"] = Field(
         "hosted", description="`hosted`: defaults sized for a hosted model; `local`: for a small model on CPU "
-        "(llama.cpp, Ollama) — longer timeouts and lock TTLs, smaller prompts (README \"Run it fully "
+        "(llama.cpp, Ollama) — longer timeouts and lock TTLs, smaller prompts (docs/offline.md \"Run it fully "
         "offline\"); a setting you give yourself always wins.")
     model_timeout: float = Field(60.0, gt=0, description="Seconds per agent-model request (a timed-out "
                                  "request is not retried: the answer would take as long again).")

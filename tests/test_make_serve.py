@@ -161,9 +161,18 @@ def test_make_serve_installs_the_server_extra_only(tmp_path: Path) -> None:
     assert f"{venv}/bin/harness-memory serve --host 127.0.0.1 --port 8765" in out
 
 
+def readme_blocks(lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", DOCS.read_text(encoding="utf-8"), flags=re.DOTALL)
+
+
 def runnable_examples() -> str:
-    """The ```bash blocks of README.md (the ```sh blocks need a model or are shell sessions)."""
-    return "\n".join(re.findall(r"```bash\n(.*?)```", DOCS.read_text(encoding="utf-8"), flags=re.DOTALL))
+    """The README's ```bash blocks of curl examples (run against ``make serve``)."""
+    return "\n".join(b for b in readme_blocks("bash") if "curl " in b)
+
+
+def cli_examples() -> str:
+    """The README's ```bash block of CLI examples (``.venv/bin/harness-memory`` from the project folder)."""
+    return "\n".join(b for b in readme_blocks("bash") if ".venv/bin/harness-memory" in b)
 
 
 def test_the_documented_curl_examples_work_as_written(served: tuple[str, Path], tmp_path: Path) -> None:
@@ -186,3 +195,24 @@ def test_the_documented_curl_examples_work_as_written(served: tuple[str, Path], 
     assert not (place / "agent-memory" / "default" / "user_role.md").exists()
     facts = list((place / "projects" / "default" / "memory").glob("fact-*.md"))
     assert len(facts) == 1 and "Business trip to Tokyo next week" in facts[0].read_text()
+
+    # then the CLI examples, as written, from a folder laid out like the project (its .venv, its snapshots/)
+    (workdir / ".venv").symlink_to(ROOT / ".venv")
+    (workdir / "snapshots").symlink_to(ROOT / "snapshots")
+    script = cli_examples()
+    assert script.count(".venv/bin/harness-memory ") >= 10
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HARNESS_MEMORY_")}
+    env.update(HOME=str(home), AGNO_TELEMETRY="false", TIKTOKEN_CACHE_DIR=str(tmp_path / "tiktoken"))
+    out = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=workdir, capture_output=True, text=True,
+                         timeout=300, env=env)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    said = out.stdout + out.stderr
+    for fragment in ["users/u1/projects/default/memory\tuser-auto\t1 files", '"Business trip to Tokyo next week"',
+                     "would write 1 files into 1 places (merge): 1 created, 0 updated, 0 unchanged, 0 removed — dry",
+                     "wrote 1 files into 1 places (merge): 1 created, 0 updated, 0 unchanged, 0 removed",
+                     '"state": "initialize"', '"action": "mark-synced"', "files indexed",
+                     "stored the cl100k_base encoding", "doctor: OK"]:
+        assert fragment in said, (fragment, said)
+    assert (workdir / "u1-backup.zip").exists()
+    assert not (home / ".harness" / "users" / "u2").exists() or not any(
+        (home / ".harness" / "users" / "u2").rglob("*.md"))  # `clear users/u2` forgot u2
