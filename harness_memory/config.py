@@ -546,7 +546,7 @@ def write_readme_table(path: str | Path) -> None:
     readme.write_text(block.sub(lambda m: m.group(1) + markdown_table() + m.group(2), text), encoding="utf-8")
 
 
-if __name__ == "__main__":  # python -m harness_memory.config [--write README.md]  -> the README table
+if __name__ == "__main__":  # python -m harness_memory.config [--write docs/configuration.md]  -> the table
     import sys
 
     if len(sys.argv) == 3 and sys.argv[1] == "--write":
