@@ -116,3 +116,14 @@ def test_tiktoken_cache_needs_no_file_from_the_user(tmp_path: Path, monkeypatch:
     assert f"TIKTOKEN_CACHE_DIR={folder.resolve()}" in capsys.readouterr().err
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(folder))
     assert main(["tiktoken-cache", "--status"]) == 0 and attempts == []
+
+
+def test_doctor_places_the_packaged_encoding_instead_of_warning(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness_memory.control.doctor_checks import check_tiktoken
+
+    attempts = _no_network(monkeypatch)
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "fresh"))
+    finding = check_tiktoken(None, 1.0)  # type: ignore[arg-type]  # the check reads no services
+    assert finding.status == "ok" and "no network needed" in finding.detail, finding
+    assert tokens_cache.cached() and attempts == []
