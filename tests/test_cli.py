@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
+import yaml
 
 from harness_memory.config import MemoryConfig
 from harness_memory.layout import is_derived
@@ -34,8 +35,8 @@ class Cli:
     def __init__(self, env: dict[str, str]) -> None:
         self.env = env
 
-    def __call__(self, *args: str, stdin: bytes | None = None, **extra_env: str) -> Done:
-        return subprocess.run([str(SCRIPT), *args], cwd=ROOT, env={**self.env, **extra_env}, input=stdin,
+    def __call__(self, *args: str, stdin: bytes | None = None, cwd: Path = ROOT, **extra_env: str) -> Done:
+        return subprocess.run([str(SCRIPT), *args], cwd=cwd, env={**self.env, **extra_env}, input=stdin,
                               capture_output=True, timeout=60)
 
     def many(self, *commands: Sequence[str]) -> list[Done]:
@@ -166,14 +167,64 @@ def test_snapshot_status_and_sync(cfg: MemoryConfig, cli: Cli) -> None:
     assert usage.returncode == 2
     status_json = json.loads(status.stdout)
     assert status_json["state"] == "prompt-update" and status_json["files"] == ["rules.md"]
+    assert status_json["snapshotsDir"] == str(Path(cfg.agent.snapshots_dir).resolve())
     kept = cli("snapshot", "sync", "users/u1/agent-memory/default", "--keep-local")
     assert kept.returncode == 0 and json.loads(kept.stdout)["action"] == "mark-synced"
     assert stored(cfg, "users/u1/agent-memory/default/own.md") == PREFS.encode()
     (folder / "snapshot.json").write_text('{"updatedAt": "2026-11-28T00:00:00Z"}')
-    synced = cli("snapshot", "sync", "users/u1/agent-memory/default")
+    synced = cli("snapshot", "sync", "users/u1/agent-memory/default", "--replace")
     assert synced.returncode == 0 and json.loads(synced.stdout)["state"] == "none"
     assert stored(cfg, "users/u1/agent-memory/default/rules.md") == GOOD.encode()
     assert stored(cfg, "users/u1/agent-memory/default/own.md") is None
+
+
+def test_snapshot_sync_without_a_choice_changes_nothing_and_says_what_to_pass(cfg: MemoryConfig, cli: Cli,
+                                                                               tmp_path: Path) -> None:
+    """The README once showed ``snapshot sync <place>`` alone, and it replaced the user's memories."""
+    folder = Path(cfg.agent.snapshots_dir) / "default"
+    folder.mkdir(parents=True)
+    (folder / "snapshot.json").write_text('{"updatedAt": "2026-11-20T00:00:00Z"}')
+    (folder / "rules.md").write_text(GOOD)
+    services_for(cfg).user_agent_dir("u1").save("own.md", PREFS)
+    store = services_for(cfg).store
+    before = {k: store.get(k).data for k in keys(cfg)}
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    plain, both = cli("snapshot", "sync", "users/u1/agent-memory/default", cwd=elsewhere), cli(
+        "snapshot", "sync", "users/u1/agent-memory/default", "--replace", "--keep-local")
+    assert plain.returncode == 2 and both.returncode == 2
+    err = plain.stderr.decode()
+    assert "changed nothing" in err and "--replace" in err and "--keep-local" in err and "own.md" in err
+    assert json.loads(plain.stdout)["localFiles"] == ["own.md"]
+    assert {k: store.get(k).data for k in keys(cfg)} == before  # not one object written or removed
+
+
+def test_snapshot_commands_work_from_any_directory(make_config: MakeConfig, tmp_path: Path) -> None:
+    """A relative ``agent.snapshots_dir`` in the YAML config is beside that file, not the cwd; a
+    sync with no snapshot there is "not found" (3) and changes nothing."""
+    project = tmp_path / "project"
+    folder = project / "starter" / "default"
+    folder.mkdir(parents=True)
+    (folder / "snapshot.json").write_text('{"updatedAt": "2026-11-20T00:00:00Z"}')
+    (folder / "rules.md").write_text(GOOD)
+    cfg = make_config(backend="cos", redis=True)
+    config = write_config(cfg, project / "config.yaml")
+    data = yaml.safe_load(config.read_text())
+    data["agent"]["snapshots_dir"] = "starter"
+    config.write_text(yaml.safe_dump(data))
+    cli = Cli(child_env(config))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    status = cli("snapshot", "status", "users/u1/agent-memory/default", cwd=elsewhere)
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["files"] == ["rules.md"]
+    assert json.loads(status.stdout)["snapshotsDir"] == str((project / "starter").resolve())
+    synced = cli("snapshot", "sync", "users/u1/agent-memory/default", "--keep-local", cwd=elsewhere)
+    assert synced.returncode == 0, synced.stderr
+    missing = cli("snapshot", "sync", "users/u1/agent-memory/other", "--replace", cwd=elsewhere)
+    assert missing.returncode == 3 and b"no snapshot for agent type 'other'" in missing.stderr
+    assert b"nothing changed" in missing.stderr
+    assert keys(cfg, "users/u1/agent-memory/other/") == []
 
 
 def test_session_show(cfg: MemoryConfig, cli: Cli) -> None:
@@ -219,3 +270,39 @@ def test_facts_ls_and_clear_keep_the_profile(cfg: MemoryConfig, cli: Cli) -> Non
     cleared = cli("facts", "clear", "users/u1")
     assert cleared.returncode == 0 and b"deleted 2 facts" in cleared.stderr
     assert auto.list_facts("u1") == [] and auto.get_profile("u1").get(ProfileKey.WORK) == "Frontend engineer"
+
+
+def test_dry_runs_report_exactly_what_the_import_then_does(cfg: MemoryConfig, cli: Cli, tmp_path: Path) -> None:
+    """A fresh export of unchanged files is all "unchanged" (it once said "would write 3, created 3"),
+    and each dry run's counts are the ones the same import then reports."""
+    seed(cfg)
+    backup = tmp_path / "u1.json"
+    assert cli("export", "users/u1", "-o", str(backup)).returncode == 0
+    store = services_for(cfg).store
+    before = {k: store.get(k).data for k in keys(cfg)}
+    merge, replace = cli.many(["import", str(backup), "--dry-run"], ["import", str(backup), "--mode", "replace",
+                                                                      "--dry-run"])
+    for done in (merge, replace):
+        assert done.returncode == 0, done.stderr
+        assert b"would write 0 files into 2 places" in done.stderr
+        assert b"0 created, 0 updated, 3 unchanged, 0 removed" in done.stderr and b"nothing changed" in done.stderr
+    assert b"users/u1/agent-memory/default\tcreated 0\tupdated 0\tunchanged 2\tremoved 0" in merge.stdout
+    assert {k: store.get(k).data for k in keys(cfg)} == before
+
+    # one file changed, one added, one new place: the dry runs count each, the imports agree
+    mdir = services_for(cfg).user_agent_dir("u1")
+    mdir.save("user_role.md", GOOD.replace("frontend", "backend"))
+    mdir.save("extra.md", PREFS)
+    services_for(cfg).user_agent_dir("u1", "coder").save("code.md", GOOD)
+    before = {k: store.get(k).data for k in keys(cfg)}
+    merge_dry, replace_dry = cli.many(["import", str(backup), "--into", "users/u1", "--dry-run"],
+                                      ["import", str(backup), "--into", "users/u1", "--mode", "replace", "--dry-run"])
+    assert {k: store.get(k).data for k in keys(cfg)} == before
+    assert b"0 created, 1 updated, 2 unchanged, 0 removed" in merge_dry.stderr, merge_dry.stderr
+    assert b"0 created, 1 updated, 2 unchanged, 2 removed" in replace_dry.stderr, replace_dry.stderr
+    real = cli("import", str(backup), "--into", "users/u1", "--mode", "replace")
+    assert real.returncode == 0, real.stderr
+    assert real.stdout == replace_dry.stdout
+    assert b"wrote 1 files into 3 places (replace): 0 created, 1 updated, 2 unchanged, 2 removed" in real.stderr
+    assert stored(cfg, "users/u1/agent-memory/default/extra.md") is None
+    assert keys(cfg, "users/u1/agent-memory/coder/") == []

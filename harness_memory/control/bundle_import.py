@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from ..config import LimitsConfig
 from ..errors import InvalidName, MemoryFormatError
-from ..layout import Place, PlaceKind, validate_filename, validate_id
+from ..layout import INDEX_FILE, Place, PlaceKind, validate_filename, validate_id
 from ..memdir import Manifest, MemoryDir, is_state_file
 from .bundle import MAX_STATE_FILE_BYTES, Bundle, BundleFile, BundlePlace, Progress
 from .places import place_path
@@ -191,11 +191,22 @@ def _check_file(plan: PlannedPlace, item: BundleFile, seen: dict[str, str]) -> s
 
 @dataclass(slots=True)
 class PlaceReport:
+    """What an import did (or, dry run, would do) to one place, counted by memory file.
+
+    ``created``: named by the bundle, absent now; ``updated``: present with other bytes;
+    ``unchanged``: present with the same bytes; ``removed``: present, not in the bundle, and
+    deleted by a replacing import (every file of a place the bundle does not name, for a
+    replacing import of a whole user). ``cleared`` is the older name of ``removed``."""
+
     path: str
     created: int = 0
     updated: int = 0
     unchanged: int = 0
-    cleared: int = 0
+    removed: int = 0
+
+    @property
+    def cleared(self) -> int:
+        return self.removed
 
 
 @dataclass(slots=True)
@@ -208,6 +219,9 @@ class ImportReport:
     def written(self) -> int:
         return sum(p.created + p.updated for p in self.places)
 
+    def total(self, what: Literal["created", "updated", "unchanged", "removed"]) -> int:
+        return sum(getattr(p, what) for p in self.places)
+
 
 def apply_import(plans: Sequence[PlannedPlace], mode: Literal["merge", "replace"], *,
                  clear_also: Sequence[MemoryDir] = (), dry_run: bool = False,
@@ -215,42 +229,49 @@ def apply_import(plans: Sequence[PlannedPlace], mode: Literal["merge", "replace"
     """Write the planned files, one place transaction per place (``MemoryDir.transaction``): a
     place is either fully imported or unchanged. ``merge`` keeps files the bundle does not name
     and leaves identical ones alone; ``replace`` makes each target place hold exactly the bundle's
-    files (the others are removed in the same commit) and clears ``clear_also``."""
+    files (the others are removed in the same commit) and clears ``clear_also``.
+
+    ``dry_run`` reads what is stored (no lock, nothing written) and reports the same counts the
+    real run would, so a preview can be trusted: a fresh export of unchanged files is all
+    ``unchanged``. Pass ``clear_also`` on a dry run too, or its removals are not counted."""
     report = ImportReport(mode=mode, dry_run=dry_run)
     reports = {p.mdir.place.prefix: PlaceReport(place_path(p.mdir.place)) for p in plans}
-    if dry_run:
-        for plan in plans:
-            reports[plan.mdir.place.prefix].created = len(plan.files)
-        report.places = list(reports.values())
-        return report
     total = sum(len(p.files) for p in plans)
     done = 0
     for plan in plans:
         rep = reports[plan.mdir.place.prefix]
+        if dry_run:
+            _preview(plan, mode, rep)
+            continue
         with plan.mdir.transaction() as txn:
+            named = {n for n, _, _ in plan.files}
             if mode == "replace":
                 existing = plan.mdir.memory_files()
-                rep.cleared = len(existing)
                 txn.clear_entries()
-                for name in sorted(existing - {n for n, _, _ in plan.files}):
+                stale = sorted(existing - named)
+                rep.removed = len(stale)
+                for name in stale:
                     txn.delete(name)
                 for name in _state_files(plan.mdir) - set(plan.state):
                     txn.delete_state(name)
-            else:
-                txn.prefetch([n for n, _, _ in plan.files])
+            txn.prefetch(sorted(named))
             unchanged: dict[str, float] = {}
             for name, text, created_at in plan.files:
                 done += 1
                 if progress is not None:
                     progress(done, total, f"{rep.path}/{name}")
-                current = txn.read(name) if mode == "merge" else None
-                if current is not None and current.data == text.encode("utf-8"):
+                current = txn.read(name)
+                same = current is not None and current.data == text.encode("utf-8")
+                if same and mode == "merge":
                     rep.unchanged += 1
                     if created_at is not None:
                         unchanged[name] = created_at
                     continue
+                # replace: the entries were cleared, so an identical file is written again (same bytes)
                 txn.write(name, text, created_at=created_at)
-                if current is None:
+                if same:
+                    rep.unchanged += 1
+                elif current is None:
                     rep.created += 1
                 else:
                     rep.updated += 1
@@ -260,9 +281,31 @@ def apply_import(plans: Sequence[PlannedPlace], mode: Literal["merge", "replace"
     if mode == "replace":
         for mdir in clear_also:
             rep = reports.setdefault(mdir.place.prefix, PlaceReport(place_path(mdir.place)))
-            rep.cleared += mdir.clear()
+            rep.removed += _memory_file_count(mdir) if dry_run else mdir.clear()
     report.places = list(reports.values())
     return report
+
+
+def _preview(plan: PlannedPlace, mode: str, rep: PlaceReport) -> None:
+    """A dry run's counts for one place: what is stored now compared with the bundle (no lock)."""
+    existing = plan.mdir.memory_files()
+    named = {n for n, _, _ in plan.files}
+    for name, text, _created_at in plan.files:
+        current = plan.mdir.store.get_or_none(plan.mdir.place.key(name)) if name in existing else None
+        if current is None:
+            rep.created += 1
+        elif current.data == text.encode("utf-8"):
+            rep.unchanged += 1
+        else:
+            rep.updated += 1
+    if mode == "replace":
+        rep.removed = len(existing - named)
+
+
+def _memory_file_count(mdir: MemoryDir) -> int:
+    """How many memory files ``MemoryDir.clear`` would delete (the same count, without deleting)."""
+    return sum(1 for info in mdir.store.list(mdir.place.prefix)
+               if info.key.endswith(".md") and not info.key.endswith("/" + INDEX_FILE))
 
 
 def _state_files(mdir: MemoryDir) -> set[str]:

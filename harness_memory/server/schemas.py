@@ -123,17 +123,26 @@ class PlaceSummary(BaseModel):
 
 # -- export / import ----------------------------------------------------------------------
 class ImportPlaceResult(BaseModel):
+    """Counted by memory file; a dry run reports exactly what the same import would do."""
+
     path: str
-    created: int
-    updated: int
-    unchanged: int
-    cleared: int
+    created: int = Field(description="Named by the bundle and absent from the place.")
+    updated: int = Field(description="Present with other bytes (overwritten).")
+    unchanged: int = Field(description="Present with the same bytes.")
+    removed: int = Field(description="Present, not in the bundle, deleted by a replacing import.")
+    cleared: int = Field(description="The older name of `removed` (the same number).")
 
 
 class ImportResult(BaseModel):
+    """What an import did, or (``dry_run``) would do: the totals and each place's counts."""
+
     mode: Literal["merge", "replace"]
     dry_run: bool
-    written: int
+    written: int = Field(description="created + updated (files that are, or would be, written).")
+    created: int
+    updated: int
+    unchanged: int
+    removed: int
     places: list[ImportPlaceResult]
 
 

@@ -84,8 +84,11 @@ def export_response(bundle: Bundle, fmt: str, name: str) -> Response:
 
 def import_result(report: ImportReport) -> ImportResult:
     return ImportResult(mode=report.mode, dry_run=report.dry_run, written=report.written,  # type: ignore[arg-type]
+                        created=report.total("created"), updated=report.total("updated"),
+                        unchanged=report.total("unchanged"), removed=report.total("removed"),
                         places=[ImportPlaceResult(path=p.path, created=p.created, updated=p.updated,
-                                                  unchanged=p.unchanged, cleared=p.cleared) for p in report.places])
+                                                  unchanged=p.unchanged, removed=p.removed, cleared=p.removed)
+                                for p in report.places])
 
 
 def add_place_transfer_routes(router: APIRouter, prefix: str, resolve: Callable[..., MemoryDir], tag: str,
@@ -149,7 +152,7 @@ def add_user_routes(router: APIRouter, ctx: ServerContext) -> None:
 
         def run() -> ImportReport:
             others: list[MemoryDir] = []
-            if mode == "replace" and not dry_run:
+            if mode == "replace":  # a dry run counts what they would lose too
                 planned = {p.mdir.place.prefix for p in plans}
                 others = [d for d in user_dirs(user) if d.place.prefix not in planned]
             return apply_import(plans, mode, clear_also=others, dry_run=dry_run)
