@@ -204,6 +204,9 @@ class AgentConfig(_Section):
         "user", description="Scope guidance in the prompt: `user`, `project` or `local`."
     )
     snapshots_dir: Path = Field(Path("snapshots"), description="Folder of `<agent_type>/` snapshots.")
+    compact_prompt: bool = Field(False, description="Give the agent the short memory prompt written for a "
+                                 "small local model (the rules in plain lines, no example file; about a third of "
+                                 "the tokens). On by default with `model_profile: local`.")
 
 
 class SessionConfig(_Section):
@@ -357,6 +360,7 @@ class ObserveConfig(_Section):
 LOCAL_PROFILE: dict[str, dict[str, Any]] = {
     "model": {"model_timeout": 600.0, "light_timeout": 600.0, "text_tool_calls": True},
     "recall": {"model_timeout": 45.0},
+    "agent": {"compact_prompt": True},
     # summary_max_chars also caps a summary's completion tokens (half of it): a small model that
     # loops would otherwise write 6,000 tokens at a few tokens/s (measured: a 0.5B summary hit 600 s)
     "session": {"lock_ttl_seconds": 900, "failure_backoff_seconds": 300.0, "extract_max_input_tokens": 8000,
