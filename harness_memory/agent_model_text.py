@@ -29,6 +29,9 @@ from .text_tool_calls import Recovery, hold_from, recover
 
 log = logging.getLogger(__name__)
 _TOOLS_POSITION = 3  # invoke(messages, assistant_message, response_format, tools, ...)
+#: A text call identical to one made this often already in the run is not run again: the model is
+#: looping (the tools answered "already done" and it wrote the same call once more).
+MAX_REPEATS = 2
 
 
 class TextCallStats:
@@ -83,7 +86,7 @@ class TextToolCalls:
         if tools is None:
             yield from stream
             return
-        held = _HeldStream(tools)
+        held = _HeldStream(tools, _messages(args, kwargs))
         for delta in stream:
             yield held.pass_on(delta)
         yield from self._finish(held)
@@ -95,7 +98,7 @@ class TextToolCalls:
             async for delta in stream:
                 yield delta
             return
-        held = _HeldStream(tools)
+        held = _HeldStream(tools, _messages(args, kwargs))
         async for delta in stream:
             yield held.pass_on(delta)
         for last in self._finish(held):
@@ -117,8 +120,8 @@ class TextToolCalls:
         tools = self._tools_if_on(args, kwargs)
         if tools is None or getattr(response, "tool_calls", None) or not isinstance(response.content, str):
             return response
-        found = self._judge(recover(response.content, tools))
-        if found.outcome == "recovered":
+        found = self._judge(_unless_looping(recover(response.content, tools), _messages(args, kwargs)))
+        if found.outcome in ("recovered", "repeated"):
             response.tool_calls = [_call_dict(c.name, c.arguments) for c in found.calls]
             response.content = found.lead or None
         return response
@@ -130,8 +133,8 @@ class TextToolCalls:
             if rest:
                 yield ModelResponse(content=rest)
             return
-        found = self._judge(recover(held.text, held.tools))
-        if found.outcome != "recovered":
+        found = self._judge(_unless_looping(recover(held.text, held.tools), held.messages))
+        if found.outcome not in ("recovered", "repeated"):
             rest = held.release()
             if rest:
                 yield ModelResponse(content=rest)
@@ -139,6 +142,8 @@ class TextToolCalls:
         unshown_lead = found.lead[held.shown:]
         if unshown_lead.strip():
             yield ModelResponse(content=unshown_lead)
+        if not found.calls:
+            return
         yield ModelResponse(tool_calls=[  # type: ignore[arg-type]
             ChoiceDeltaToolCall(index=i, id=_call_id(), type="function",
                                 function=ChoiceDeltaToolCallFunction(name=c.name, arguments=_dump(c.arguments)))
@@ -155,7 +160,7 @@ class TextToolCalls:
             log.info("recovered %d tool call(s) written as text (%s): %s", len(found.calls), found.kind,
                      ", ".join(c.name for c in found.calls))
         else:
-            log.info("text that looks like a tool call (%s) left as text: %s (%s)", found.kind, found.outcome,
+            log.info("text that looks like a tool call (%s) not run: %s (%s)", found.kind, found.outcome,
                      found.detail)
         return found
 
@@ -163,8 +168,9 @@ class TextToolCalls:
 class _HeldStream:
     """A stream's text: what was shown, and what is held back because a call may start there."""
 
-    def __init__(self, tools: list[dict[str, Any]]) -> None:
+    def __init__(self, tools: list[dict[str, Any]], messages: list[Any]) -> None:
         self.tools = tools
+        self.messages = messages
         self.text = ""
         self.shown = 0
         self.real_calls = False
@@ -185,6 +191,48 @@ class _HeldStream:
         rest = self.text[self.shown:]
         self.shown = len(self.text)
         return rest
+
+
+def _messages(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+    messages = kwargs.get("messages", args[0] if args else None)
+    return list(messages) if isinstance(messages, list) else []
+
+
+def _made(messages: list[Any]) -> Counter[str]:
+    """How often each (tool, arguments) was called by the assistant in this run's messages."""
+    made: Counter[str] = Counter()
+    for message in messages:
+        if getattr(message, "from_history", False) or getattr(message, "role", None) != "assistant":
+            continue
+        for call in getattr(message, "tool_calls", None) or []:
+            fn = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(fn, dict):
+                continue
+            try:
+                args = json.loads(fn.get("arguments") or "{}")
+            except (TypeError, ValueError):
+                continue
+            made[_call_key(str(fn.get("name")), args)] += 1
+    return made
+
+
+def _call_key(name: str, arguments: Any) -> str:
+    return name + "\x00" + json.dumps(arguments, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _unless_looping(found: Recovery, messages: list[Any]) -> Recovery:
+    """``found`` with the calls this run already made ``MAX_REPEATS`` times left out: a model that
+    keeps writing a call it was told is done would loop for ever. When nothing is left the outcome
+    is ``repeated``: the call text is still not shown (it is a call, not an answer), the lead stays."""
+    if found.outcome != "recovered":
+        return found
+    made = _made(messages)
+    fresh = tuple(c for c in found.calls if made[_call_key(c.name, c.arguments)] < MAX_REPEATS)
+    if fresh == found.calls:
+        return found
+    if fresh:
+        return Recovery("recovered", found.kind, fresh, found.lead)
+    return Recovery("repeated", found.kind, (), found.lead, detail="the run already made this call")
 
 
 def _call_id() -> str:

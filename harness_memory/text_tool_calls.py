@@ -56,7 +56,8 @@ class TextCall:
 class Recovery:
     """What an answer's text holds. ``outcome``: ``recovered`` (``calls`` are real calls; ``lead`` is
     the text to keep), ``none`` (no call-shaped text: an ordinary answer) or why a call-shaped text
-    stays text: ``quoted``, ``bad_json``, ``not_offered``, ``bad_arguments``. ``kind`` is the shape."""
+    stays text: ``quoted``, ``bad_json``, ``not_offered``, ``bad_arguments``. ``kind`` is the shape.
+    (``agent_model_text`` adds ``repeated``: a call the run already made too often, not run again.)"""
 
     outcome: str
     kind: str = ""

@@ -149,6 +149,17 @@ def test_a_real_tool_call_is_not_touched(llm_server: ScriptedLLM) -> None:
     assert notes.calls == [ARGS, ARGS] and out.content == "done"
 
 
+@pytest.mark.parametrize("mode", ["run", "astream"])
+def test_a_model_repeating_its_text_call_does_not_loop(llm_server: ScriptedLLM, mode: str) -> None:
+    """The model writes the same call after every tool answer: it runs once more at most (the
+    memory tools answer that repeat "already done"), then the run ends with no raw call shown."""
+    notes = Notes()
+    llm_server.set_handler(lambda req: text(GOOD_SHAPES["fenced_with_lead"]))
+    shown, _ = run_agent(make_agent(llm_server, notes), mode)
+    assert len(llm_server.chat_requests) == 3 and notes.calls == [ARGS, ARGS]
+    assert not raw_call_visible(shown) and "I'll note that." in shown
+
+
 def test_profile_local_turns_recovery_on_and_hosted_off() -> None:
     assert MemoryConfig.load(env={}, model={"model_profile": "local"}).model.text_tool_calls is True
     assert MemoryConfig.load(env={}).model.text_tool_calls is False
