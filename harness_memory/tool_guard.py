@@ -14,9 +14,12 @@ refused too. State is per ``MemoryTools`` object, bounded to the most recent run
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 #: Runs remembered per toolkit (a toolkit serves one user's agents; runs end quickly).
@@ -77,9 +80,53 @@ class RepeatGuard:
             calls[key] = result
 
 
+def once_per_run(*, write: bool) -> Callable[[Callable[..., str]], Callable[..., str]]:
+    """Decorate a toolkit method (its object has ``guard: RepeatGuard`` and ``telemetry``): in an agno
+    run (a ``run_context`` with a ``run_id`` is passed) a call repeating an earlier one of the run is
+    answered with the guard's refusal instead of running. ``write``: a call that landed (its answer
+    does not start with "Error") changes memory, so the run's earlier calls may answer differently.
+    Outside a run (code calling the tool itself) nothing is guarded."""
+
+    def wrap(fn: Callable[..., str]) -> Callable[..., str]:
+        tool = fn.__name__
+        signature = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def inner(*args: Any, **kwargs: Any) -> str:
+            run_id = getattr(kwargs.pop("run_context", None), "run_id", None)
+            if not run_id:
+                return fn(*args, **kwargs)
+            owner = args[0]
+            key = call_key(tool, _arguments(signature, args, kwargs))
+            refusal = owner.guard.claim(run_id, tool, key)
+            if refusal is not None:
+                owner.telemetry.repeated_tool_call(tool)
+                return refusal
+            result = "Error: the tool did not answer."
+            try:
+                result = fn(*args, **kwargs)
+            finally:
+                owner.guard.settle(run_id, key, result, changed=write and not str(result).startswith("Error"))
+            return result
+
+        return inner
+
+    return wrap
+
+
+def _arguments(signature: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The call's arguments by name, defaults filled in (so ``f(x)`` and ``f(x, limit=200)`` match)."""
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError:
+        return {"args": args[1:], **kwargs}
+    bound.apply_defaults()
+    return {k: v for k, v in bound.arguments.items() if k not in ("self", "run_context")}
+
+
 def _quote(result: Any) -> str:
     flat = " ".join(str(result).split())
     return flat if len(flat) <= _QUOTE_CHARS else flat[: _QUOTE_CHARS - 1] + "…"
 
 
-__all__ = ["RepeatGuard", "call_key"]
+__all__ = ["RepeatGuard", "call_key", "once_per_run"]

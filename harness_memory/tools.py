@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import inspect
 import logging
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -37,7 +36,7 @@ from .escape import inline
 from .examples import FRONTMATTER_EXAMPLE, copied_example
 from .memdir import MemoryDir, MemoryFile, fill_missing_type, parse_memory
 from .observe import DISABLED, Telemetry, wrap_context
-from .tool_guard import RepeatGuard, call_key
+from .tool_guard import RepeatGuard, once_per_run
 
 log = logging.getLogger(__name__)
 SHARED_PREFIX = "shared/"
@@ -49,81 +48,42 @@ LINES_PER_FILE = 3
 LINE_CHARS = 200
 
 
-def _friendly(action: str, *, write: bool = False) -> Callable[[Callable[..., str]], Callable[..., str]]:
-    """Turn any failure of a tool into a message for the model, log the unexpected ones, and (in an
-    agno run: ``run_context`` given) answer a call repeating an earlier one of the same run with
-    "already done" instead of running it again (``tool_guard``). ``write``: a landed call changes
-    memory, so the run's earlier calls may answer differently after it."""
+def _friendly(action: str) -> Callable[[Callable[..., str]], Callable[..., str]]:
+    """Turn any failure of a tool into a message for the model, and log the unexpected ones."""
 
     def wrap(fn: Callable[..., str]) -> Callable[..., str]:
         tool = fn.__name__
-        signature = inspect.signature(fn)
-        attempt = _attempt(fn, action)
 
         @functools.wraps(fn)
         def inner(*args: Any, **kwargs: Any) -> str:
-            run_id = getattr(kwargs.pop("run_context", None), "run_id", None)
-            if not run_id:
-                return attempt(*args, **kwargs)
-            tools = args[0]
-            key = call_key(tool, _arguments(signature, args, kwargs))
-            refusal = tools.guard.claim(run_id, tool, key)
-            if refusal is not None:
-                tools.telemetry.repeated_tool_call(tool)
-                return refusal
-            result = "Error: the memory tool did not answer."
             try:
-                result = attempt(*args, **kwargs)
-            finally:
-                tools.guard.settle(run_id, key, result, changed=write and not result.startswith("Error"))
-            return result
+                tools = args[0]  # outcome from the exception
+                return tools.telemetry.call("tool", tool, fn, args, kwargs, tools.own.place)
+            except InvalidName as exc:
+                return f"Error: {exc}."
+            except MemoryFormatError as exc:
+                return f"Error: {exc}"
+            except ObjectNotFound:
+                name = kwargs.get("file_name", args[1] if len(args) > 1 else "")
+                return f"Error: there is no memory file named {name!r}. Call list_files to see what exists."
+            except LockTimeout as exc:
+                return f"Error: {exc}. Nothing was changed."
+            except OutcomeUnknown as exc:  # never "nothing was saved": it may have been
+                return f"Error: {exc}."
+            except StorageUnavailable as exc:
+                return (f"Error: the memory store is unreachable right now ({exc}). Nothing was {action}; "
+                        "tell the user memory is temporarily unavailable and carry on.")
+            except AccessDenied as exc:
+                return f"Error: the memory store refused the request ({exc}). Nothing was {action}."
+            except StorageError as exc:
+                return f"Error: the memory store failed ({exc}). Nothing was {action}."
+            except Exception:
+                log.exception("memory tool %s failed", tool)
+                return f"Error: an unexpected failure in the memory tool; nothing was {action}."
 
         return inner
 
     return wrap
-
-
-def _arguments(signature: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The call's arguments by name, defaults filled in (so ``f(x)`` and ``f(x, limit=200)`` match)."""
-    try:
-        bound = signature.bind(*args, **kwargs)
-    except TypeError:
-        return {"args": args[1:], **kwargs}
-    bound.apply_defaults()
-    return {k: v for k, v in bound.arguments.items() if k not in ("self", "run_context")}
-
-
-def _attempt(fn: Callable[..., str], action: str) -> Callable[..., str]:
-    """``fn`` with every failure turned into a message for the model."""
-    tool = fn.__name__
-
-    def attempt(*args: Any, **kwargs: Any) -> str:
-        try:
-            tools = args[0]  # outcome from the exception
-            return tools.telemetry.call("tool", tool, fn, args, kwargs, tools.own.place)
-        except InvalidName as exc:
-            return f"Error: {exc}."
-        except MemoryFormatError as exc:
-            return f"Error: {exc}"
-        except ObjectNotFound:
-            name = kwargs.get("file_name", args[1] if len(args) > 1 else "")
-            return f"Error: there is no memory file named {name!r}. Call list_files to see what exists."
-        except LockTimeout as exc:
-            return f"Error: {exc}. Nothing was changed."
-        except OutcomeUnknown as exc:  # never "nothing was saved": it may have been
-            return f"Error: {exc}."
-        except StorageUnavailable as exc:
-            return (f"Error: the memory store is unreachable right now ({exc}). Nothing was {action}; "
-                    "tell the user memory is temporarily unavailable and carry on.")
-        except AccessDenied as exc:
-            return f"Error: the memory store refused the request ({exc}). Nothing was {action}."
-        except StorageError as exc:
-            return f"Error: the memory store failed ({exc}). Nothing was {action}."
-        except Exception:
-            log.exception("memory tool %s failed", tool)
-            return f"Error: an unexpected failure in the memory tool; nothing was {action}."
-
-    return attempt
 
 
 def refuse_copied_examples(memory: MemoryFile | None) -> None:
@@ -193,7 +153,8 @@ class MemoryTools(Toolkit):
         return self.own, file_name
 
     # -- tools ----------------------------------------------------------------------------
-    @_friendly("saved", write=True)
+    @once_per_run(write=True)
+    @_friendly("saved")
     def save_file(self, file_name: str, content: str, run_context: RunContext | None = None) -> str:
         """Save a memory file (create it, or overwrite it completely). The MEMORY.md index is updated for you.
 
@@ -215,6 +176,7 @@ class MemoryTools(Toolkit):
         return (f"{verb} memory {file_name} ({result.entry.type}: {result.entry.description}). MEMORY.md "
                 f"updated.{note}")
 
+    @once_per_run(write=False)
     @_friendly("read")
     def read_file(self, file_name: str, offset: int = 0, limit: int = 200,
                   run_context: RunContext | None = None) -> str:
@@ -243,6 +205,7 @@ class MemoryTools(Toolkit):
             out += f"; call read_file with offset={end} for more]" if end < len(lines) else "]"
         return out
 
+    @once_per_run(write=False)
     @_friendly("listed")
     def list_files(self, run_context: RunContext | None = None) -> str:
         """List every memory file with its type and one-line description.
@@ -261,7 +224,8 @@ class MemoryTools(Toolkit):
             sections.append(f"{label} ({len(entries)} files):\n" + ("\n".join(lines) if lines else "(none yet)"))
         return "\n\n".join(sections)
 
-    @_friendly("deleted", write=True)
+    @once_per_run(write=True)
+    @_friendly("deleted")
     def delete_file(self, file_name: str, run_context: RunContext | None = None) -> str:
         """Delete a memory file that is wrong or no longer useful. Its MEMORY.md line is removed for you.
 
@@ -276,7 +240,8 @@ class MemoryTools(Toolkit):
             return f"Deleted memory {file_name}. MEMORY.md updated."
         return f"There was no memory file named {file_name!r}; nothing to delete."
 
-    @_friendly("changed", write=True)
+    @once_per_run(write=True)
+    @_friendly("changed")
     def replace_file_chunk(self, file_name: str, old_chunk: str, new_chunk: str,
                            run_context: RunContext | None = None) -> str:
         """Replace one exact piece of text in a memory file, e.g. to correct or update a fact.
@@ -297,6 +262,7 @@ class MemoryTools(Toolkit):
         result = memdir.replace_chunk(rel, old_chunk, new_chunk)
         return f"Updated memory {file_name} ({result.entry.type}: {result.entry.description}). MEMORY.md updated."
 
+    @once_per_run(write=False)
     @_friendly("searched")
     def search_memories(self, query: str, limit: int = 5, run_context: RunContext | None = None) -> str:
         """Search your memories (and the shared ones) by words in their whole text, not only the

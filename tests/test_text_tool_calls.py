@@ -232,7 +232,7 @@ def test_a_stream_shows_exactly_what_the_whole_answer_would(lead: str, body: str
     """However the text is split into deltas, the stream shows the non-call text in full and in
     order, and no piece of a recovered call."""
     full = lead + body
-    held = _HeldStream(TOOLS_NOTE)
+    held = _HeldStream(TOOLS_NOTE, [])
     shown = ""
     pos = 0
     for cut in sorted(set(cuts)):
