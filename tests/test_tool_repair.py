@@ -163,3 +163,33 @@ def test_filling_the_type_keeps_every_other_part(body: str, kind: MemoryType, ex
     fixed, filled = fill_missing_type(text_, f"{kind.value}_thing.md")
     assert filled is kind and parse_memory(fixed) == expected
     assert fixed.endswith(body) and fill_missing_type(fixed, f"{kind.value}_thing.md") == (fixed, None)
+
+
+# -- the whole story of issue 30 through build_agent and a local profile ------------------------------
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_text_save_without_type_is_repaired_and_a_looping_model_stops(make_config: Any, llm_server: ScriptedLLM,
+                                                                        stream: bool) -> None:
+    """The 1.5B model's turn: a save written as ``<tool_call>`` text, its file named
+    ``project_…`` but no ``type:``; then the same call again and again. One memory is stored with
+    type project, the repeat is answered "already done", the run ends, the user sees no raw call."""
+    from harness_memory.agent import build_agent
+
+    cfg = make_config(model={"model": "m", "base_url": llm_server.base_url, "api_key": "k",
+                             "model_profile": "local"}, auto={"enabled": False}, session={"enabled": False})
+    call = json.dumps({"name": "save_file", "arguments": {"file_name": "project_atlas_code_freeze.md",
+                                                          "content": NOTE}})
+    llm_server.set_handler(lambda req: text(f"<tool_call>\n{call}\n</tool_call>"))
+    agent = build_agent("u1", config=cfg)
+    if stream:
+        shown = "".join(str(ev.content) for ev in agent.run("Atlas freezes on 2026-12-10, remember it", stream=True)
+                        if getattr(ev, "event", "") == "RunContent" and ev.content)
+    else:
+        shown = str(agent.run("Atlas freezes on 2026-12-10, remember it").content or "")
+    assert "<tool_call>" not in shown and "save_file" not in shown
+    answers = [tool_answers(llm_server, i)[-1] for i in (1, 2)]
+    assert answers[0].startswith("Created memory project_atlas_code_freeze.md (project:")
+    assert "type: project was filled in from the file name" in answers[0]
+    assert answers[1].startswith("Already done") and len(llm_server.chat_requests) == 3
+    own = agent.tools[0].own  # type: ignore[index,union-attr]
+    assert [e.file for e in own.list_entries()] == ["project_atlas_code_freeze.md"]
+    assert parse_memory(own.read("project_atlas_code_freeze.md").text).type is MemoryType.PROJECT
