@@ -205,8 +205,8 @@ class AgentConfig(_Section):
     )
     snapshots_dir: Path = Field(Path("snapshots"), description="Folder of `<agent_type>/` snapshots.")
     compact_prompt: bool = Field(False, description="Give the agent the short memory prompt written for a "
-                                 "small local model (the rules in plain lines, no example file; about a third of "
-                                 "the tokens). On by default with `model_profile: local`.")
+                                 "small local model (the rules in plain lines, no example file; ~630 tokens fewer: "
+                                 "`python -m bench.bench_prompt`). On by default with `model_profile: local`.")
 
 
 class SessionConfig(_Section):
