@@ -156,6 +156,7 @@ def _wire_parts(agent: Agent, services: MemoryServices, user_id: str, agent_type
         search_tool=cfg.recall.search_tool,
         max_lines=cfg.limits.index_max_lines,
         max_bytes=cfg.limits.index_max_bytes,
+        compact=cfg.agent.compact_prompt,
     )
     agent.tools = [services.memory_tools(user_id, agent_type), *_filter_tools(list(agent.tools or []))]
     append_context(agent, prompt)

@@ -11,12 +11,16 @@ Timeouts: a request that timed out is NOT retried. The model was still writing a
 asking again costs the same time again (a 1.5B CPU model's first turn took 113 s: 60 s, a
 timeout, then the retry) and the user waits twice. Connection failures and 429/5xx are still
 retried once. Every call's latency and tokens go to ``llm_latency`` (per model id).
+
+Text tool calls: with ``model.text_tool_calls`` (on by default for ``model_profile: local``) a call
+a small model wrote as text becomes a real tool call (``agent_model_text`` / ``text_tool_calls``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx2
@@ -25,6 +29,7 @@ from agno.models.base import Model
 from agno.models.openai.like import OpenAILike
 
 from . import llm_latency
+from .agent_model_text import TextCallStats, TextToolCalls
 from .config import ModelConfig
 from .errors import ModelNotConfigured
 
@@ -68,9 +73,10 @@ def _tokens(response: Any) -> int:
     return total if isinstance(total, int) else 0
 
 
-class LoopAwareOpenAILike(OpenAILike):
+class LoopAwareOpenAILike(TextToolCalls, OpenAILike):
     """``OpenAILike`` whose cached async client follows the running event loop, whose timed-out
-    requests are not retried, and whose calls are timed per model (``llm_latency``)."""
+    requests are not retried, whose calls are timed per model (``llm_latency``) and, when
+    ``text_tool_calls`` is on, whose tool calls written as text are recovered (``TextToolCalls``)."""
 
     def get_client(self) -> Any:
         if self.client is None or self.client.is_closed():
@@ -135,8 +141,12 @@ class UnconfiguredModel(Model):
     _parse_provider_response = _parse_provider_response_delta = _fail
 
 
-def make_agent_model(cfg: ModelConfig) -> LoopAwareOpenAILike:
+def make_agent_model(cfg: ModelConfig, *,
+                     on_text_call: Callable[[str, str], None] | None = None) -> LoopAwareOpenAILike:
     """The agent's agno model (``OpenAILike``: it sends the system prompt with role ``system``).
+
+    ``on_text_call(outcome, kind)`` is told of every call-shaped text (recovered or left as text):
+    the services pass their metrics; the model's ``text_call_stats`` counts them too.
 
     Raises ``ModelNotConfigured`` when the model id or base URL is missing — at call time, never
     at import, so the control plane runs without a model.
@@ -147,10 +157,13 @@ def make_agent_model(cfg: ModelConfig) -> LoopAwareOpenAILike:
             "(and HARNESS_MEMORY_API_KEY)"
         )
     key = cfg.api_key.get_secret_value() if cfg.api_key is not None else None
-    return LoopAwareOpenAILike(
+    model = LoopAwareOpenAILike(
         id=cfg.model,
         base_url=cfg.base_url,
         api_key=key or _NO_KEY,
         timeout=cfg.model_timeout,
         max_retries=1,
     )
+    model.text_tool_calls = cfg.text_tool_calls
+    model.text_call_stats = TextCallStats(on_text_call)
+    return model

@@ -182,6 +182,11 @@ class ModelConfig(_Section):
     model_timeout: float = Field(60.0, gt=0, description="Seconds per agent-model request (a timed-out "
                                  "request is not retried: the answer would take as long again).")
     light_timeout: float = Field(30.0, gt=0, description="Seconds per light-model request.")
+    text_tool_calls: bool = Field(
+        False, description="Turn a tool call the agent model wrote as text (a fenced JSON block, a bare JSON "
+        "object, `<tool_call>` or `<tools>`) into a real call when it names a tool offered in that request and "
+        "its arguments match the tool's schema (small local models on llama.cpp / Ollama); anything else stays "
+        "text. On by default with `model_profile: local`.")
     tokenizer: Literal["tiktoken", "offline", "estimate"] = Field(
         "tiktoken", description="Token counting: `tiktoken` (downloads its BPE file on first use; falls back "
         "to the estimate while it cannot), `offline` (tiktoken only from a verified cached file — "
@@ -200,6 +205,9 @@ class AgentConfig(_Section):
     )
     snapshots_dir: Path = Field(Path("snapshots"), description="Folder of `<agent_type>/` snapshots (relative: "
                                 "to the YAML file that sets it, else to the working directory).")
+    compact_prompt: bool = Field(False, description="Give the agent the short memory prompt written for a "
+                                 "small local model (the rules in plain lines, no example file; ~630 tokens fewer: "
+                                 "`python -m bench.bench_prompt`). On by default with `model_profile: local`.")
 
 
 class SessionConfig(_Section):
@@ -351,8 +359,9 @@ class ObserveConfig(_Section):
 #: Qwen2.5-Coder 0.5B/1.5B on llama.cpp, 2 cores: an agent turn 50-113 s, an extraction 41-128 s, a
 #: summary up to 223 s, a recall pick 24-31 s). Only settings not given explicitly are changed.
 LOCAL_PROFILE: dict[str, dict[str, Any]] = {
-    "model": {"model_timeout": 600.0, "light_timeout": 600.0},
+    "model": {"model_timeout": 600.0, "light_timeout": 600.0, "text_tool_calls": True},
     "recall": {"model_timeout": 45.0},
+    "agent": {"compact_prompt": True},
     # summary_max_chars also caps a summary's completion tokens (half of it): a small model that
     # loops would otherwise write 6,000 tokens at a few tokens/s (measured: a 0.5B summary hit 600 s)
     "session": {"lock_ttl_seconds": 900, "failure_backoff_seconds": 300.0, "extract_max_input_tokens": 8000,

@@ -15,6 +15,7 @@ from .escape import block
 from .examples import EXAMPLE_INTRO, FRONTMATTER_EXAMPLE
 from .memdir import CappedText, MemoryDir, cap_index
 from .memdir.index import render_index
+from .prompt_local import compact_header
 
 Scope = Literal["user", "project", "local"]
 PROMPT_TITLE = "# Persistent Agent Memory"
@@ -136,8 +137,18 @@ def render_agent_memory_prompt(
     search_tool: bool = True,
     max_lines: int = 200,
     max_bytes: int = 25_600,
+    compact: bool = False,
 ) -> str:
-    """Render the block from already-loaded indexes (no I/O)."""
+    """Render the block from already-loaded indexes (no I/O). ``compact``: the short text for a small
+    local model (``prompt_local``; scope guidance is left out of it)."""
+    if compact:
+        tools = ", ".join(["save_file", "read_file", "list_files", "delete_file", "replace_file_chunk",
+                           *(["search_memories"] if search_tool else [])])
+        lines = compact_header(tools=tools, own_label=own_label, shared_label=shared_label,
+                               shared_writable=shared_writable, search_tool=search_tool)
+        for note in extra_notes or []:
+            lines += [note, ""]
+        return _with_index(lines, parts)
     lines = [
         PROMPT_TITLE,
         "",
@@ -153,7 +164,12 @@ def render_agent_memory_prompt(
               SCOPE_GUIDANCE[scope], "", _access_section(search_tool), ""]
     for note in extra_notes or []:
         lines += [note, ""]
-    lines += ["## MEMORY.md", "", "### Your memories (MEMORY.md)"]
+    return _with_index(lines, parts)
+
+
+def _with_index(lines: list[str], parts: PromptParts) -> str:
+    """``lines`` followed by the MEMORY.md section (own index, then the shared one)."""
+    lines = [*lines, "## MEMORY.md", "", "### Your memories (MEMORY.md)"]
     own_text = parts.own_index.text.strip()
     lines.append(_strip_title(own_text) or "(empty — no memories saved yet)")
     if parts.shared_index is not None:

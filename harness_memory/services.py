@@ -234,7 +234,8 @@ class MemoryServices:
         with self._lock:
             if self._agent_model is None:
                 try:
-                    self._agent_model = make_agent_model(self.config.model)
+                    self._agent_model = make_agent_model(self.config.model,
+                                                         on_text_call=self.telemetry.text_tool_call)
                 except ModelNotConfigured as exc:
                     self._agent_model_error = str(exc)
                     self._agent_model = UnconfiguredModel(str(exc))

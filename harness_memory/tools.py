@@ -19,6 +19,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any
 
+from agno.run.base import RunContext
 from agno.tools import Toolkit
 
 from .errors import (
@@ -32,9 +33,10 @@ from .errors import (
     StorageUnavailable,
 )
 from .escape import inline
-from .examples import DESCRIPTION_HINT, FRONTMATTER_EXAMPLE, copied_example
-from .memdir import MemoryDir, MemoryFile, parse_memory
+from .examples import FRONTMATTER_EXAMPLE, copied_example
+from .memdir import MemoryDir, MemoryFile, fill_missing_type, parse_memory
 from .observe import DISABLED, Telemetry, wrap_context
+from .tool_guard import RepeatGuard, once_per_run
 
 log = logging.getLogger(__name__)
 SHARED_PREFIX = "shared/"
@@ -100,9 +102,8 @@ def refuse_copied_examples(memory: MemoryFile | None) -> None:
         raise MemoryFormatError(
             f"{' and '.join(problems)} {'is' if len(problems) == 1 else 'are'} copied from the example or "
             "template in your instructions, not about this user. Nothing was saved. Write the description as "
-            "one line in your own words saying what this memory holds (e.g. "
-            f"\"{DESCRIPTION_HINT}\" — but from what THIS user said), and the body as the memory itself, "
-            "then call save_file again.")
+            "one line in your own words saying what this memory holds, from what THIS user said, and the body "
+            "as the memory itself, then call save_file again.")
 
 
 def _short(text: str, limit: int = 80) -> str:
@@ -123,6 +124,8 @@ class MemoryTools(Toolkit):
         self.own = own
         self.shared = shared
         self.shared_writable = shared_writable
+        #: One run makes a given call once (``tool_guard``): the 11-saves-in-one-turn loop.
+        self.guard = RepeatGuard()
         tools: list[Callable[..., str]] = [self.save_file, self.read_file, self.list_files, self.delete_file,
                                            self.replace_file_chunk]
         async_tools: list[tuple[Callable[..., Any], str]] = [
@@ -150,8 +153,9 @@ class MemoryTools(Toolkit):
         return self.own, file_name
 
     # -- tools ----------------------------------------------------------------------------
+    @once_per_run(write=True)
     @_friendly("saved")
-    def save_file(self, file_name: str, content: str) -> str:
+    def save_file(self, file_name: str, content: str, run_context: RunContext | None = None) -> str:
         """Save a memory file (create it, or overwrite it completely). The MEMORY.md index is updated for you.
 
         Args:
@@ -163,13 +167,19 @@ class MemoryTools(Toolkit):
             What was saved, or an error message saying what to fix.
         """
         memdir, rel = self._route(file_name, write=True)
+        content, filled = fill_missing_type(content, rel)  # project_x.md without `type:` -> type: project
         refuse_copied_examples(parse_memory(content) if isinstance(content, str) else None)
         result = memdir.save(rel, content)
         verb = "Created" if result.created else "Updated"
-        return f"{verb} memory {file_name} ({result.entry.type}: {result.entry.description}). MEMORY.md updated."
+        note = (f" The frontmatter had no type, so type: {filled.value} was filled in from the file name."
+                if filled is not None else "")
+        return (f"{verb} memory {file_name} ({result.entry.type}: {result.entry.description}). MEMORY.md "
+                f"updated.{note}")
 
+    @once_per_run(write=False)
     @_friendly("read")
-    def read_file(self, file_name: str, offset: int = 0, limit: int = 200) -> str:
+    def read_file(self, file_name: str, offset: int = 0, limit: int = 200,
+                  run_context: RunContext | None = None) -> str:
         """Read a memory file. Use it when MEMORY.md lists a memory that may matter for the task.
 
         Args:
@@ -195,8 +205,9 @@ class MemoryTools(Toolkit):
             out += f"; call read_file with offset={end} for more]" if end < len(lines) else "]"
         return out
 
+    @once_per_run(write=False)
     @_friendly("listed")
-    def list_files(self) -> str:
+    def list_files(self, run_context: RunContext | None = None) -> str:
         """List every memory file with its type and one-line description.
 
         Returns:
@@ -213,8 +224,9 @@ class MemoryTools(Toolkit):
             sections.append(f"{label} ({len(entries)} files):\n" + ("\n".join(lines) if lines else "(none yet)"))
         return "\n\n".join(sections)
 
+    @once_per_run(write=True)
     @_friendly("deleted")
-    def delete_file(self, file_name: str) -> str:
+    def delete_file(self, file_name: str, run_context: RunContext | None = None) -> str:
         """Delete a memory file that is wrong or no longer useful. Its MEMORY.md line is removed for you.
 
         Args:
@@ -228,8 +240,10 @@ class MemoryTools(Toolkit):
             return f"Deleted memory {file_name}. MEMORY.md updated."
         return f"There was no memory file named {file_name!r}; nothing to delete."
 
+    @once_per_run(write=True)
     @_friendly("changed")
-    def replace_file_chunk(self, file_name: str, old_chunk: str, new_chunk: str) -> str:
+    def replace_file_chunk(self, file_name: str, old_chunk: str, new_chunk: str,
+                           run_context: RunContext | None = None) -> str:
         """Replace one exact piece of text in a memory file, e.g. to correct or update a fact.
 
         Args:
@@ -248,8 +262,9 @@ class MemoryTools(Toolkit):
         result = memdir.replace_chunk(rel, old_chunk, new_chunk)
         return f"Updated memory {file_name} ({result.entry.type}: {result.entry.description}). MEMORY.md updated."
 
+    @once_per_run(write=False)
     @_friendly("searched")
-    def search_memories(self, query: str, limit: int = 5) -> str:
+    def search_memories(self, query: str, limit: int = 5, run_context: RunContext | None = None) -> str:
         """Search your memories (and the shared ones) by words in their whole text, not only the
         descriptions in MEMORY.md. Use it when the index does not show where something is.
 
@@ -269,27 +284,29 @@ class MemoryTools(Toolkit):
         return "\n\n".join(found)
 
     # -- async twins ----------------------------------------------------------------------
-    async def _in_pool(self, fn: Callable[..., str], *args: Any) -> str:
+    async def _in_pool(self, fn: Callable[..., str], *args: Any, run_context: RunContext | None) -> str:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.executor, wrap_context(lambda: fn(*args)))
+        return await loop.run_in_executor(self.executor, wrap_context(lambda: fn(*args, run_context=run_context)))
 
-    async def asave_file(self, file_name: str, content: str) -> str:
-        return await self._in_pool(self.save_file, file_name, content)
+    async def asave_file(self, file_name: str, content: str, run_context: RunContext | None = None) -> str:
+        return await self._in_pool(self.save_file, file_name, content, run_context=run_context)
 
-    async def aread_file(self, file_name: str, offset: int = 0, limit: int = 200) -> str:
-        return await self._in_pool(self.read_file, file_name, offset, limit)
+    async def aread_file(self, file_name: str, offset: int = 0, limit: int = 200,
+                         run_context: RunContext | None = None) -> str:
+        return await self._in_pool(self.read_file, file_name, offset, limit, run_context=run_context)
 
-    async def alist_files(self) -> str:
-        return await self._in_pool(self.list_files)
+    async def alist_files(self, run_context: RunContext | None = None) -> str:
+        return await self._in_pool(self.list_files, run_context=run_context)
 
-    async def adelete_file(self, file_name: str) -> str:
-        return await self._in_pool(self.delete_file, file_name)
+    async def adelete_file(self, file_name: str, run_context: RunContext | None = None) -> str:
+        return await self._in_pool(self.delete_file, file_name, run_context=run_context)
 
-    async def areplace_file_chunk(self, file_name: str, old_chunk: str, new_chunk: str) -> str:
-        return await self._in_pool(self.replace_file_chunk, file_name, old_chunk, new_chunk)
+    async def areplace_file_chunk(self, file_name: str, old_chunk: str, new_chunk: str,
+                                  run_context: RunContext | None = None) -> str:
+        return await self._in_pool(self.replace_file_chunk, file_name, old_chunk, new_chunk, run_context=run_context)
 
-    async def asearch_memories(self, query: str, limit: int = 5) -> str:
-        return await self._in_pool(self.search_memories, query, limit)
+    async def asearch_memories(self, query: str, limit: int = 5, run_context: RunContext | None = None) -> str:
+        return await self._in_pool(self.search_memories, query, limit, run_context=run_context)
 
     def _places(self) -> list[tuple[str, MemoryDir, str]]:
         places = [("Your memories", self.own, "")]

@@ -168,3 +168,27 @@ class FailingModel(GoodModel):
         removals = [{"id": fid, "reason": "outdated"} for fid in _fact_ids(req)]
         answer = {"user": {}, "newFacts": facts, "factsToReinforce": [], "factsToRemove": removals}
         return text(json.dumps(answer, ensure_ascii=False), **_usage("extraction"))
+
+
+class EchoModel(GoodModel):
+    """Does the job in session 1, then answers session 2 by repeating the question."""
+
+    def agent(self, req: RecordedRequest) -> Answer:
+        said = req.last_user_text()
+        if req.messages[-1].get("role") != "tool" and ("?" in said or "？" in said):
+            return text(f"You asked: {said}", **_usage("agent"))
+        return super().agent(req)
+
+
+class InventingModel(GoodModel):
+    """Extracts faithfully, except that from a conversation holding a question (session 2) it also
+    invents a tool the user never named."""
+
+    def extraction(self, req: RecordedRequest) -> Answer:
+        answer = super().extraction(req)
+        if not any("?" in line for line in _conversation_lines(req)):
+            return answer
+        parsed = json.loads(answer.content or "{}")
+        parsed["newFacts"].append({"content": "Uses RDataFrame for analysis", "category": "knowledge",
+                                   "confidence": 0.9})
+        return text(json.dumps(parsed, ensure_ascii=False), **_usage("extraction"))

@@ -95,3 +95,46 @@ def test_index_over_25kb_shows_cut_warning(local_store: ObjectStore) -> None:
     assert "WARNING: MEMORY.md is too long" in prompt
     index_part = prompt.split("### Your memories (MEMORY.md)")[1]
     assert len(index_part.encode()) < 25_600 + 500
+
+
+# -- the compact prompt for a small local model (issue 30) ----------------------------------------
+def compact_and_full(own: MemoryDir, shared: MemoryDir) -> tuple[str, str]:
+    from harness_memory.prompt import PromptParts, render_agent_memory_prompt
+
+    parts = PromptParts(own.index_text(), shared.index_text())
+    kw = {"own_label": own.place.label, "shared_label": shared.place.label}
+    return render_agent_memory_prompt(parts, compact=True, **kw), render_agent_memory_prompt(parts, **kw)
+
+
+def test_compact_prompt_keeps_the_rules_and_shows_nothing_to_copy(dirs: tuple[MemoryDir, MemoryDir]) -> None:
+    from harness_memory.examples import FRONTMATTER_EXAMPLE, registry
+    from harness_memory.text_tool_calls import recover
+    from harness_memory.tokens import estimate_tokens
+
+    own, shared = dirs
+    own.save("a.md", mem(1))
+    compact, full = compact_and_full(own, shared)
+    for needed in ("# Persistent Agent Memory", "save_file", "replace_file_chunk", "delete_file", "read_file",
+                   "- user:", "- feedback:", "- project:", "- reference:", "`name:`", "`description:`", "`type:`",
+                   "asks you to remember", "secrets", "## MEMORY.md", "- [memory 1](a.md) — description of memory 1",
+                   "### Shared memories", own.place.label):
+        assert needed in compact, needed
+    assert FRONTMATTER_EXAMPLE not in compact and registry().example(compact) is None
+    assert compact.count('"arguments"') == 1  # the tool-call shape, once
+    tools = [{"type": "function", "function": {"name": "save_file", "parameters": {"type": "object"}}}]
+    assert recover(compact, tools).calls == ()  # the shape itself is not a call anyone could run
+    assert estimate_tokens(compact) < 0.5 * estimate_tokens(full)
+
+
+def test_local_profile_sends_the_compact_prompt(make_config, llm_server) -> None:  # type: ignore[no-untyped-def]
+    from harness_memory.agent import build_agent
+    from tests.fakellm import text
+
+    cfg = make_config(model={"model": "m", "base_url": llm_server.base_url, "api_key": "k",
+                             "model_profile": "local"}, auto={"enabled": False}, session={"enabled": False})
+    assert cfg.agent.compact_prompt is True
+    llm_server.script(text("hi"))
+    build_agent("u1", config=cfg).run("hello")
+    system = "\n".join(str(m.get("content")) for m in llm_server.chat_requests[0].messages
+                       if m.get("role") in ("system", "developer"))
+    assert "To call a tool, answer with only this JSON" in system and "## Types of memory" not in system

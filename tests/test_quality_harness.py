@@ -19,17 +19,18 @@ from bench.quality.run import Harness, Report, correction_is_wrong, render_markd
 from bench.quality.scenarios import BY_KEY, SCENARIOS
 from harness_memory.config import MemoryConfig
 from tests.fakellm import ScriptedLLM
-from tests.quality_model import USAGE, FailingModel, GoodModel
+from tests.quality_model import USAGE, EchoModel, FailingModel, GoodModel, InventingModel
 
 SLOW = 1.2  # seconds the failing model takes where it is slow; the timeouts below are shorter
 TIMEOUT = 0.5
 FAILING_SCENARIOS = ("role_en", "role_zh", "correction_en", "long_en")
 
 
-def harness_for(make_config: Callable[..., MemoryConfig], server: ScriptedLLM, tmp_path: Path) -> Harness:
+def harness_for(make_config: Callable[..., MemoryConfig], server: ScriptedLLM, tmp_path: Path,
+                **model: object) -> Harness:
     cfg = make_config(model={"model": "scripted-agent", "light_model": "scripted-light",
                              "base_url": server.base_url, "api_key": "k",
-                             "model_timeout": TIMEOUT, "light_timeout": TIMEOUT})
+                             "model_timeout": TIMEOUT, "light_timeout": TIMEOUT, **model})
     return Harness(cfg, root=tmp_path / "quality")
 
 
@@ -38,9 +39,9 @@ def run_with(make_config: Callable[..., MemoryConfig], llm_server: ScriptedLLM,
              tmp_path: Path) -> Iterator[Callable[..., Report]]:
     harnesses: list[Harness] = []
 
-    def run(model: Callable[..., object], keys: tuple[str, ...] | None = None) -> Report:
+    def run(model: Callable[..., object], keys: tuple[str, ...] | None = None, **settings: object) -> Report:
         llm_server.set_handler(model)  # type: ignore[arg-type]
-        harness = harness_for(make_config, llm_server, tmp_path)
+        harness = harness_for(make_config, llm_server, tmp_path / f"h{len(harnesses)}", **settings)
         harnesses.append(harness)
         chosen = [BY_KEY[k] for k in keys] if keys else list(SCENARIOS)
         return harness.run(chosen)
@@ -128,3 +129,35 @@ def test_the_chinese_correction_judge() -> None:
     zh = BY_KEY["correction_zh"]
     assert not correction_is_wrong("不要用 Jenkins，改用 GitLab CI", zh)
     assert correction_is_wrong("改用 Jenkins，不要用 GitLab CI", zh)
+
+
+def test_repeating_the_question_is_not_using_memory(run_with: Callable[..., Report]) -> None:
+    """long_en's question holds "ledgerd", one of its keywords: an answer that only repeats the
+    question was counted as memory used next session (issue 30)."""
+    report = run_with(EchoModel(), ("long_en", "project_en"))
+    assert [r.used_next_session for r in report.results] == [False, False]
+    for scenario in SCENARIOS:  # no scenario gives its answer away in the question
+        assert not scenario.answered(scenario.question), scenario.key
+        assert scenario.answered(" ".join(scenario.turns)), scenario.key
+
+
+def test_every_extraction_of_a_scenario_is_judged(run_with: Callable[..., Report]) -> None:
+    """Session 2's extraction used to run after the scenario, unjudged; its invented fact
+    ("RDataFrame", never said by the user) is counted now."""
+    report = run_with(InventingModel(), ("correction_en",))
+    (res,) = report.results
+    assert res.extraction_answers == res.extraction_parsed == 2
+    assert res.unsupported_facts_proposed == 1
+    # whether auto memory keeps it is its evidence rules' call; the harness reports what it kept
+    assert res.unsupported_facts_stored <= 1 and report.totals()["unsupported_facts_proposed"] == 1
+
+
+def test_text_calls_are_recovered_and_reported_per_scenario(run_with: Callable[..., Report]) -> None:
+    """The failing model writes its Chinese save as fenced JSON; with text tool calls on, the
+    harness reports it recovered (it reaches save_file, which refuses its frontmatter-less text)."""
+    report = run_with(FailingModel(SLOW), ("role_zh", "role_en"), text_tool_calls=True)
+    by = {r.key: r for r in report.results}
+    assert (by["role_zh"].text_calls_recovered, by["role_zh"].text_calls_rejected) == (1, 0)
+    assert by["role_zh"].save_calls == 1 and not by["role_zh"].no_tool_call and not by["role_zh"].saved_valid
+    assert (by["role_en"].text_calls_recovered, by["role_en"].text_calls_rejected) == (0, 0)
+    assert "| role_zh |" in render_markdown(report) and report.totals()["text_calls_recovered"] == 1

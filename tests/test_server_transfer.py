@@ -307,7 +307,7 @@ async def test_export_leaves_out_objects_that_are_not_valid_memories(cfg: Memory
         assert [f["file"] for f in place["files"]] == ["good.md"]
         assert {s["file"]: s["reason"] for s in place["skipped"]} == {
             "binary.md": "not UTF-8 text",
-            "broken.md": "a memory file must start with YAML frontmatter (name, description, type). Expected:",
+            "broken.md": "a memory file must start with YAML frontmatter (name, description, type).",
         }
         await c.delete("/users/me/memory")
         r = await c.post("/users/me/memory/import", json=bundle)

@@ -12,7 +12,10 @@ One scenario (``scenarios.py``), for a user of its own:
 1. two facts the user had already (``SEED_FACTS``) are put in auto memory;
 2. session 1: the user's turns through ``build_agent`` (one agno Agent with its history);
 3. the session summary is made (forced) and the auto-memory extraction runs (flushed);
-4. session 2: a new agent answers the scenario's question with what memory gives it;
+4. session 2: a new agent answers the scenario's question with what memory gives it; the answer
+   counts as "used next session" only when it holds the fact the question asks for
+   (``Scenario.answer``, never a word of the question itself); session 2's extraction is run and
+   judged like session 1's (every extraction of a scenario is judged);
 5. recall: a place with five distractor memories and the labelled one; recall is asked the
    question with the model step forced, and its pick is compared with the label.
 """
@@ -88,6 +91,13 @@ class ScenarioResult:
     wrong_removals_proposed: int = 0
     facts_wrongly_removed: int = 0
     recall_hit: bool | None = None
+    #: Facts naming something (a capitalised or CamelCase word, a version) the user never said in
+    #: either session: invented ("RDataFrame") or taken from the assistant's words ("Python").
+    unsupported_facts_proposed: int = 0
+    unsupported_facts_stored: int = 0
+    #: Tool calls the agent model wrote as text: run as real calls / left as text (model.text_tool_calls).
+    text_calls_recovered: int = 0
+    text_calls_rejected: int = 0
     timeouts: int = 0
     errors: list[str] = field(default_factory=list)
 
@@ -131,6 +141,10 @@ class Report:
             "wrong_removals_proposed": sum(x.wrong_removals_proposed for x in r),
             "facts_wrongly_removed": sum(x.facts_wrongly_removed for x in r),
             "recall_hits": f"{sum(bool(x.recall_hit) for x in r)}/{sum(x.recall_hit is not None for x in r)}",
+            "unsupported_facts_proposed": sum(x.unsupported_facts_proposed for x in r),
+            "unsupported_facts_stored": sum(x.unsupported_facts_stored for x in r),
+            "text_calls_recovered": sum(x.text_calls_recovered for x in r),
+            "text_calls_rejected": sum(x.text_calls_rejected for x in r),
             "timeouts": sum(x.timeouts for x in r),
         }
 
@@ -184,11 +198,31 @@ def _touches_correction(content: str, scenario: Scenario) -> bool:
     return any(w in low for w in scenario.correction)
 
 
+_NAME_WORD = re.compile(r"(?<![\w.-])(?:[A-Za-z]*[A-Z][a-z0-9]*[A-Z0-9][A-Za-z0-9]*|[A-Z][a-z]{2,}|[A-Za-z]*\d[\w.]*)"
+                        r"(?![\w-])")
+
+
+def unsupported(content: str, user_text: str) -> list[str]:
+    """The names in a fact (CamelCase or capitalised words past the first, words with digits) that the
+    user never wrote: the fact did not come from the user."""
+    said = user_text.casefold()
+    words = [m.group(0) for m in _NAME_WORD.finditer(content) if m.start() > 0 or m.group(0).isupper()
+             or any(ch.isdigit() for ch in m.group(0))]
+    return [w for w in words if w.casefold().rstrip(".") not in said]
+
+
+def user_words(scenario: Scenario) -> str:
+    """Everything the user says in the scenario (both sessions)."""
+    return "\n".join([*scenario.turns, scenario.question])
+
+
 def judge_extraction(answer: str, scenario: Scenario, seed_ids: set[str]) -> dict[str, int]:
-    """What one raw extraction answer proposed: parsed?, placeholder facts, corrections (wrong ones)
-    and removals of seed facts (which nothing in any scenario contradicts)."""
+    """What one raw extraction answer proposed: parsed?, placeholder facts, corrections (wrong ones),
+    removals of seed facts (which nothing in any scenario contradicts) and facts naming what the
+    user never said."""
     parsed = extract_json(answer, lambda v: isinstance(v, dict))
-    out = {"parsed": 0, "placeholders": 0, "corrections": 0, "wrong_corrections": 0, "wrong_removals": 0}
+    out = {"parsed": 0, "placeholders": 0, "corrections": 0, "wrong_corrections": 0, "wrong_removals": 0,
+           "unsupported": 0}
     if not isinstance(parsed, dict):
         return out
     out["parsed"] = 1
@@ -199,6 +233,7 @@ def judge_extraction(answer: str, scenario: Scenario, seed_ids: set[str]) -> dic
         error = str(item.get("sourceError") or "")
         if copied_example(content) or (error and copied_example(error)):
             out["placeholders"] += 1
+        out["unsupported"] += bool(unsupported(content, user_words(scenario)))
         is_correction = str(item.get("category", "")).lower() == "correction"
         if is_correction or _touches_correction(content, scenario):
             out["corrections"] += 1
@@ -277,14 +312,22 @@ class Harness:
         res = ScenarioResult(s.key, s.lang, s.kind, s.remember)
         user = f"eval-{s.key}"
         started = time.time()
+        stats = getattr(self.services.agent_model(), "text_call_stats", None)
+        before = (stats.total("recovered"), stats.rejected()) if stats is not None else (0, 0)
         seed_ids = self._seed(user)
         self._session_one(s, user, res)
         self._summarise(s, user, res)
-        self._extract(s, user, res, seed_ids, started)
+        second = self._extract(s, user, res, seed_ids, started)
+        res.facts_of = len(s.keywords)
+        res.facts_learned = s.words_found("\n".join(f.content for f in self.services.auto_memory().list_facts(user)))
         self._session_two(s, user, res)
+        self._extract(s, user, res, seed_ids, second)  # session 2's extraction is judged too
         self._recall(s, user, res)
         self.settle()
         res.timeouts = sum(c.client_gave_up for c in self.calls(since=started))
+        if stats is not None:
+            res.text_calls_recovered = stats.total("recovered") - before[0]
+            res.text_calls_rejected = stats.rejected() - before[1]
         return res
 
     def _seed(self, user: str) -> set[str]:
@@ -345,12 +388,15 @@ class Harness:
         res.summary_facts_of = len(s.keywords)
         res.summary_facts = s.words_found(summary) if res.summary_made else 0
 
-    def _extract(self, s: Scenario, user: str, res: ScenarioResult, seed_ids: set[str], started: float) -> None:
+    def _extract(self, s: Scenario, user: str, res: ScenarioResult, seed_ids: set[str], started: float) -> float:
+        """Run what auto memory has pending, judge every extraction answer since ``started`` and what
+        memory now holds; returns when this judging ended (the next call judges from there)."""
         auto = self.services.auto_memory()
         auto.flush(timeout=None)
         self.settle()
+        until = time.time()
         for call in self.calls(since=started):
-            if call.purpose != "extraction" or call.status != 200:
+            if call.purpose != "extraction" or call.status != 200 or call.started >= until:
                 continue
             res.extraction_answers += 1
             judged = judge_extraction(call.content, s, seed_ids)
@@ -359,9 +405,10 @@ class Harness:
             res.corrections_proposed += judged["corrections"]
             res.wrong_corrections_proposed += judged["wrong_corrections"]
             res.wrong_removals_proposed += judged["wrong_removals"]
+            res.unsupported_facts_proposed += judged["unsupported"]
         facts = auto.list_facts(user)
-        res.facts_of = len(s.keywords)
-        res.facts_learned = s.words_found("\n".join(f.content for f in facts))
+        res.unsupported_facts_stored = sum(bool(unsupported(f.content, user_words(s))) for f in facts
+                                           if f.id not in seed_ids)
         res.placeholder_facts_stored = sum(1 for f in facts if copied_example(f.content)
                                            or (f.source_error and copied_example(f.source_error)))
         judged_corrections = [f for f in facts if f.category is Category.CORRECTION
@@ -370,6 +417,7 @@ class Harness:
         if s.correction is not None:
             res.correction_right = any(not correction_is_wrong(f.content, s) for f in judged_corrections)
         res.facts_wrongly_removed = len(seed_ids - {f.id for f in facts})
+        return until
 
     def _session_two(self, s: Scenario, user: str, res: ScenarioResult) -> None:
         agent = build_agent(user, session_id=f"{s.key}-2", services=self.services, query=s.question)
@@ -379,7 +427,8 @@ class Harness:
             res.errors.append(f"session 2: {type(exc).__name__}: {exc}"[:300])
             return
         res.read_calls = sum(1 for t in out.tools or [] if t.tool_name == "read_file")
-        res.used_next_session = s.words_found(str(out.content or "")) > 0
+        answer = str(out.content or "")
+        res.used_next_session = s.answered(answer) and (s.correction is None or not correction_is_wrong(answer, s))
 
     def _recall(self, s: Scenario, user: str, res: ScenarioResult) -> None:
         place_user = f"recall-{s.key}"
@@ -415,7 +464,9 @@ COLUMNS = (("saved_valid", "saved"), ("no_tool_call", "no tool call"), ("descrip
            ("extraction_parsed", "extractions parsed"), ("facts_learned", "facts learned"),
            ("placeholder_facts_proposed", "placeholder facts proposed/stored"),
            ("wrong_corrections_proposed", "wrong corrections proposed/stored"),
-           ("wrong_removals_proposed", "wrong removals proposed/done"), ("recall_hit", "recall pick"),
+           ("wrong_removals_proposed", "wrong removals proposed/done"),
+           ("unsupported_facts_proposed", "facts not from the user proposed/stored"),
+           ("text_calls_recovered", "text calls recovered/left"), ("recall_hit", "recall pick"),
            ("timeouts", "timeouts"))
 
 
@@ -436,6 +487,10 @@ def render_markdown(report: Report, *, note: str = "") -> str:
                 cells.append(f"{r.wrong_corrections_proposed}/{r.wrong_corrections_stored}")
             elif key == "wrong_removals_proposed":
                 cells.append(f"{r.wrong_removals_proposed}/{r.facts_wrongly_removed}")
+            elif key == "unsupported_facts_proposed":
+                cells.append(f"{r.unsupported_facts_proposed}/{r.unsupported_facts_stored}")
+            elif key == "text_calls_recovered":
+                cells.append(f"{r.text_calls_recovered}/{r.text_calls_rejected}")
             elif key == "summary_facts":
                 cells.append(f"{r.summary_facts}/{r.summary_facts_of}")
             elif key == "facts_learned":

@@ -5,11 +5,16 @@ Each scenario is one user's two sessions: session 1 tells the assistant somethin
 in most, asks it to remember; session 2 asks a question that only the memory can answer. Every
 scenario names the words that show a fact was kept (``keywords``: any one of each group), so
 the judge needs no model; and the recall check has a labelled answer (``recall_file``).
+
+``answer`` is what session 2's question asks for: the words an answer must hold to show memory was
+used. None of them is in the question (a test checks it): an answer that only repeats the question
+("ledgerd" for "…the ledgerd migration?") used nothing (issue 30: the harness counted it).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 
@@ -42,6 +47,12 @@ class Scenario:
     recall_file: MemoryFixture
     remember: bool = True
     correction: tuple[str, str] | None = None
+    answer: tuple[tuple[str, ...], ...] = ()
+
+    def answered(self, text: str) -> bool:
+        """Whether ``text`` holds the fact the question asks for: one word of every ``answer`` group
+        (a Latin word as a whole word: "Go" is not found in "Google")."""
+        return bool(self.answer) and all(any(contains_word(text, w) for w in group) for group in self.answer)
 
     def has_fact(self, text: str) -> bool:
         low = text.casefold()
@@ -51,6 +62,17 @@ class Scenario:
         """How many keyword groups ``text`` covers (a summary's faithfulness)."""
         low = text.casefold()
         return sum(1 for group in self.keywords if any(w.casefold() in low for w in group))
+
+
+def contains_word(text: str, word: str) -> bool:
+    """``word`` in ``text``, case-blind; a word starting or ending with a Latin letter or digit must
+    not continue into one there."""
+    pattern = re.escape(word.casefold())
+    if word[:1].isascii() and word[:1].isalnum():
+        pattern = r"(?<![a-z0-9])" + pattern
+    if word[-1:].isascii() and word[-1:].isalnum():
+        pattern += r"(?![a-z0-9])"
+    return re.search(pattern, text.casefold()) is not None
 
 
 #: Facts every user already has (learned earlier); none of the scenarios contradicts them, so a
@@ -77,6 +99,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         "Which orchestration tool are my DAGs written for? Answer in one short sentence.",
         MemoryFixture("user_role.md", "Data engineer at Nordwind Logistics; writes Airflow DAGs in Python",
                       "Data engineer at Nordwind Logistics; writes Airflow DAGs in Python."),
+        answer=(("Airflow",),),
     ),
     Scenario(
         "role_zh", "zh", "role",
@@ -85,6 +108,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         "我写支付服务主要用什么编程语言？用一句话回答。",
         MemoryFixture("user_role.md", "杭州银行的后端工程师，用 Go 写支付服务",
                       "杭州一家银行的后端工程师，主要用 Go 写支付服务。"),
+        answer=(("Go", "golang"),),
     ),
     Scenario(
         "preference_en", "en", "preference",
@@ -93,6 +117,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         "How should you write dates for me? One short sentence.",
         MemoryFixture("feedback_date_format.md", "Write dates as ISO 8601 (YYYY-MM-DD), never 12/01",
                       "Write every date as ISO 8601, e.g. 2026-12-01; never 12/01.", "feedback"),
+        answer=(("ISO", "2026-12-01", "YYYY-MM-DD"),),
     ),
     Scenario(
         "preference_zh", "zh", "preference",
@@ -101,6 +126,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         "我的周报应该用什么语言写？用一句话回答。",
         MemoryFixture("feedback_report_language.md", "周报用中文写，不用英文", "周报一律用中文写，不要用英文。",
                       "feedback"),
+        answer=(("中文", "Chinese"),),
     ),
     Scenario(
         "feedback_en", "en", "feedback",
@@ -110,6 +136,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         "Which SQL dialect should you write for me? One short sentence.",
         MemoryFixture("feedback_sql_dialect.md", "Write Snowflake SQL, not Postgres",
                       "Warehouse is Snowflake: write Snowflake SQL, never Postgres syntax.", "feedback"),
+        answer=(("Snowflake",),),
     ),
     Scenario(
         "project_en", "en", "project",
@@ -119,6 +146,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         "When is the Atlas code freeze, and who owns the release? One short sentence.",
         MemoryFixture("project_atlas_freeze.md", "Atlas code freeze 2027-01-15; Priya owns the release",
                       "Atlas: code freeze 2027-01-15; release owner Priya.", "project"),
+        answer=(("2027-01-15", "January 15"), ("Priya",)),
     ),
     Scenario(
         "reference_en", "en", "reference",
@@ -129,6 +157,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         MemoryFixture("reference_billing.md", "Billing bugs: Linear project BILL; p99 on Grafana billing-latency",
                       "Billing bugs live in the Linear project BILL; Grafana board `billing-latency` shows p99.",
                       "reference"),
+        answer=(("BILL", "Linear"),),
     ),
     Scenario(
         "correction_en", "en", "correction",
@@ -139,6 +168,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         MemoryFixture("feedback_dataframes.md", "Use Polars for dataframes, not pandas",
                       "Always use Polars for dataframes, never pandas.", "feedback"),
         correction=("polars", "pandas"),
+        answer=(("Polars",),),
     ),
     Scenario(
         "correction_zh", "zh", "correction",
@@ -149,6 +179,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         MemoryFixture("feedback_ci.md", "团队只用 GitLab CI，不用 Jenkins",
                       "部署和 CI 一律用 GitLab CI，不要用 Jenkins。", "feedback"),
         correction=("gitlab", "jenkins"),
+        answer=(("GitLab",),),
     ),
     Scenario(
         "long_en", "en", "long",
@@ -165,6 +196,7 @@ SCENARIOS: tuple[Scenario, ...] = (
                       "cutover 2027-02-06", "ledgerd moves to PostgreSQL 16 via pglogical; cutover 2027-02-06.",
                       "project"),
         remember=False,
+        answer=(("pglogical",),),
     ),
 )
 

@@ -3,11 +3,20 @@
 from . import stored
 from .directory import MemoryDir, ReadResult
 from .index import CappedText, Manifest, ManifestEntry, cap_index, index_line, parse_index, render_index
-from .model import FRONTMATTER_EXAMPLE, MemoryFile, MemoryType, parse_memory, split_frontmatter
+from .model import (
+    FORMAT_RULE,
+    FRONTMATTER_EXAMPLE,
+    MemoryFile,
+    MemoryType,
+    fill_missing_type,
+    parse_memory,
+    split_frontmatter,
+)
 from .txn import ABSENT, PlaceTxn, SaveResult, TxnResult, is_state_file
 
 __all__ = [
     "ABSENT",
+    "FORMAT_RULE",
     "FRONTMATTER_EXAMPLE",
     "CappedText",
     "Manifest",
@@ -20,6 +29,7 @@ __all__ = [
     "SaveResult",
     "TxnResult",
     "cap_index",
+    "fill_missing_type",
     "index_line",
     "is_state_file",
     "parse_index",

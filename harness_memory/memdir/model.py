@@ -2,8 +2,9 @@
 
 Why strict parsing with friendly errors: the model writes these files itself. A file whose
 frontmatter cannot be read would vanish from the index, so saving it is refused with a
-message that shows the expected format, and unknown keys are kept so a human's or another
-tool's annotations survive a round trip.
+message that names the field and describes the format in words (``FORMAT_RULE``) — never a whole
+example file: a 1.5B model answered the user by echoing the example an error showed (issue 30).
+Unknown keys are kept so a human's or another tool's annotations survive a round trip.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 import yaml
 
 from ..errors import MemoryFormatError
-from ..examples import FRONTMATTER_EXAMPLE
+from ..examples import FRONTMATTER_EXAMPLE  # noqa: F401  (re-exported by memdir; no message here shows it)
 
 # libyaml's loader when present (several times faster; readers parse many files).
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -35,6 +36,9 @@ MAX_FRONTMATTER_NODES = 2_000
 #: Joiners that emoji sequences need; every other format character (bidi overrides, zero-width
 #: spaces) and every control character is removed from names and descriptions.
 _KEEP_FORMAT = {"\u200c", "\u200d"}
+#: The file format in words, for error messages: field names and rules, no values to copy.
+FORMAT_RULE = ("The file starts with a line '---', then one `key: value` line each for name, description (one "
+               "line) and type (user, feedback, project or reference), then a line '---', then the memory text.")
 
 
 class MemoryType(StrEnum):
@@ -82,9 +86,7 @@ def split_frontmatter(text: str) -> tuple[str | None, str]:
     for i in range(1, len(lines)):
         if lines[i].strip() in ("---", "..."):
             return "\n".join(lines[1:i]), "\n".join(lines[i + 1 :]).lstrip("\n")
-    raise MemoryFormatError(
-        "the frontmatter starts with '---' but has no closing '---' line. Expected:\n" + FRONTMATTER_EXAMPLE
-    )
+    raise MemoryFormatError("the frontmatter starts with '---' but has no closing '---' line.\n" + FORMAT_RULE)
 
 
 #: Texts up to this long are remembered parsed (a save parses its text in the tool, in the memdir
@@ -112,9 +114,7 @@ def _parse(text: str) -> MemoryFile:
     front_text, body = split_frontmatter(text)
     if front_text is None:
         raise MemoryFormatError(
-            "a memory file must start with YAML frontmatter (name, description, type). Expected:\n"
-            + FRONTMATTER_EXAMPLE
-        )
+            "a memory file must start with YAML frontmatter (name, description, type).\n" + FORMAT_RULE)
     try:
         front = load_frontmatter(front_text) if front_text.strip() else {}
     except yaml.YAMLError as exc:
@@ -122,16 +122,14 @@ def _parse(text: str) -> MemoryFile:
         line = f" (line {where.line + 2})" if where is not None else ""
         raise MemoryFormatError(
             f"the frontmatter is not valid YAML{line}: {getattr(exc, 'problem', exc)}. "
-            "Quote values that contain ':' or '#'. Expected:\n" + FRONTMATTER_EXAMPLE
+            "Quote values that contain ':' or '#'.\n" + FORMAT_RULE
         ) from None
     if not isinstance(front, dict):
-        raise MemoryFormatError("the frontmatter must be a mapping of keys to values. Expected:\n"
-                                + FRONTMATTER_EXAMPLE)
+        raise MemoryFormatError("the frontmatter must be a mapping of keys to values.\n" + FORMAT_RULE)
     front = {str(k): _plain(v) for k, v in front.items()}
     missing = [k for k in ("name", "description", "type") if front.get(k) in (None, "")]
     if missing:
-        raise MemoryFormatError(f"the frontmatter is missing {', '.join(missing)}. Expected:\n"
-                                + FRONTMATTER_EXAMPLE)
+        raise MemoryFormatError(f"the frontmatter is missing {', '.join(missing)}.\n" + FORMAT_RULE)
     name = _one_line(front.pop("name"), "name", MAX_NAME_CHARS)
     description = _one_line(front.pop("description"), "description", MAX_DESCRIPTION_CHARS)
     raw_type = str(front.pop("type")).strip().lower()
@@ -141,6 +139,41 @@ def _parse(text: str) -> MemoryFile:
         allowed = ", ".join(t.value for t in MemoryType)
         raise MemoryFormatError(f"type {raw_type!r} is not one of: {allowed}") from None
     return MemoryFile(name=name, description=description, type=mem_type, body=body, extra=front)
+
+
+#: File-name prefixes that say a memory's type (the names the prompt asks for: ``user_role.md``).
+TYPE_PREFIXES = {f"{t.value}_": t for t in MemoryType}
+
+
+def type_from_name(file_name: str) -> MemoryType | None:
+    """The type a file name's prefix says (``project_atlas.md`` -> project), or None."""
+    base = str(file_name).rsplit("/", 1)[-1].lower()
+    return next((t for prefix, t in TYPE_PREFIXES.items() if base.startswith(prefix)), None)
+
+
+def fill_missing_type(text: str, file_name: str) -> tuple[str, MemoryType | None]:
+    """``text`` with ``type:`` added from the file name's prefix when its frontmatter lacks one (or
+    leaves it empty), and the type filled in; ``(text, None)`` when nothing is missing, the name
+    says no type, or the frontmatter cannot be read (``parse_memory`` then says what is wrong).
+
+    Why: a model named its file ``project_atlas_code_freeze.md`` and forgot ``type:``; the save was
+    refused and never retried (issue 30). The name already says the type, so the save is repaired
+    and the tool's answer says what it filled in. Only a missing type is repaired: a wrong one is
+    the model's statement and is refused."""
+    wanted = type_from_name(file_name)
+    if wanted is None or not isinstance(text, str):
+        return text, None
+    try:
+        front_text, _ = split_frontmatter(text)
+        front = load_frontmatter(front_text) if front_text and front_text.strip() else None
+    except (MemoryFormatError, yaml.YAMLError):
+        return text, None
+    if not isinstance(front, dict) or front.get("type") not in (None, ""):
+        return text, None
+    lines = text.lstrip("\ufeff").split("\n")
+    close = next(i for i in range(1, len(lines)) if lines[i].strip() in ("---", "..."))
+    kept = [line for line in lines[1:close] if not line.startswith("type:")]
+    return "\n".join([lines[0], *kept, f"type: {wanted.value}", *lines[close:]]), wanted
 
 
 def utf8_size(text: str) -> int:

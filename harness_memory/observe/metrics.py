@@ -136,6 +136,11 @@ class Metrics:
         self.llm_tokens = counter("llm_tokens", "Light-model tokens by purpose and kind (prompt, completion).",
                                   ("purpose", "kind"))
         self.llm_seconds = histogram("llm_call_seconds", "Light-model call latency.", ("purpose",), SLOW_BUCKETS)
+        self.text_tool_calls = counter("text_tool_calls", "Tool calls the agent model wrote as text (model."
+                                       "text_tool_calls) by outcome (recovered = run as a real call; left as text: "
+                                       "quoted, bad_json, not_offered, bad_arguments; repeated = the run already "
+                                       "made it twice, not run again) and kind (fenced, bare, "
+                                       "tool_call, tools).", ("outcome", "kind"))
         self.builds = counter("agent_builds", "Agents wired with memory (build_agent / inject_memory_tools).",
                               ("outcome",))
         self.build_seconds = histogram("agent_build_seconds", "Time to wire memory into an agent.", (),

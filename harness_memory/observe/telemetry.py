@@ -367,6 +367,16 @@ class Telemetry:
             if count > 0:
                 self.metrics.inc(self.metrics.auto_facts, (change,), count)
 
+    def repeated_tool_call(self, tool: str) -> None:
+        """A memory tool call refused as a repeat of the same call earlier in the run (``tool_guard``)."""
+        if self.metrics is not None:
+            self.metrics.inc(self.metrics.tool_calls, (tool, "repeated"))
+
+    def text_tool_call(self, outcome: str, kind: str) -> None:
+        """A tool call the agent model wrote as text: recovered, or left as text (and why)."""
+        if self.metrics is not None:
+            self.metrics.inc(self.metrics.text_tool_calls, (outcome, kind))
+
     # -- exposition -------------------------------------------------------------------------------
     def add_refresher(self, fn: Callable[[], None]) -> None:
         """Call ``fn`` before every exposition (it brings gauges and counters read from state up to date)."""
