@@ -24,10 +24,10 @@ import json
 import struct
 import threading
 import zlib
-from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -76,11 +76,10 @@ def _parse_line(line: str) -> dict[str, int]:
     return {parts[i]: int(parts[i + 1]) for i in range(0, len(parts) - 1, 2)}
 
 
-def tokenize(text: str) -> list[str]:
-    """recall's tokenizer (imported on first use: ``harness_memory.recall`` imports this package)."""
-    from ..recall.tokenize import tokenize as recall_tokenize
-
-    return recall_tokenize(text)
+#: Text -> terms. Given by the caller (recall's tokenizer, ``recall/tokenize.py``: the composition
+#: root hands the same one to the commit listener and to recall), so this package imports nothing
+#: above it; documents and queries must use the same one.
+Tokenizer = Callable[[str], list[str]]
 
 
 def stamp_of(entry: ManifestEntry) -> tuple[int, float]:
@@ -95,7 +94,7 @@ def snippet_of(body: str) -> str:
 
 
 def make_doc(file: str, stamp: tuple[int, float], name: str, description: str, body: str,
-             tags: Iterable[str] = ()) -> Doc:
+             tags: Iterable[str] = (), *, tokenize: Tokenizer) -> Doc:
     """Tokenise one memory's fields into weighted term counts."""
     stem = file[:-3] if file.lower().endswith(".md") else file
     counts: Counter[str] = Counter()
@@ -114,9 +113,10 @@ def entry_tags(entry: ManifestEntry) -> list[str]:
     return [tags] if isinstance(tags, str) else []
 
 
-def doc_from_entry(entry: ManifestEntry) -> Doc:
+def doc_from_entry(entry: ManifestEntry, tokenize: Tokenizer) -> Doc:
     """A document from the manifest line alone (for a memory the index does not hold yet)."""
-    return make_doc(entry.file, stamp_of(entry), entry.name, entry.description, "", entry_tags(entry))
+    return make_doc(entry.file, stamp_of(entry), entry.name, entry.description, "", entry_tags(entry),
+                    tokenize=tokenize)
 
 
 class SearchIndex:
@@ -133,6 +133,9 @@ class SearchIndex:
         self.base = base
         self._post: _Postings | None = None
         self._lock = threading.Lock()
+        #: ``place._view``'s answers for this index, per manifest version (owned here, so they
+        #: die with the index; a few versions at most).
+        self.views: OrderedDict[tuple[float, int], tuple[Any, Any]] = OrderedDict()
 
     # -- changes (write path) ---------------------------------------------------------------
     def updated(self, remove: Iterable[str] = (), add: Iterable[Doc] = (), clear: bool = False) -> SearchIndex:
@@ -236,7 +239,7 @@ class Part:
     prefix: str = ""  # "shared/" for the shared place
 
 
-def bm25(parts: Sequence[Part], query: str, k: int) -> list[tuple[str, float]]:
+def bm25(parts: Sequence[Part], query: str, k: int, *, tokenize: Tokenizer) -> list[tuple[str, float]]:
     """BM25 over the valid documents of all ``parts`` as one collection; top ``k`` with a positive
     score, best first (ties: file name order)."""
     terms = list(dict.fromkeys(tokenize(query)))
@@ -285,6 +288,7 @@ __all__ = [
     "Doc",
     "Part",
     "SearchIndex",
+    "Tokenizer",
     "bm25",
     "doc_from_entry",
     "entry_tags",

@@ -6,7 +6,8 @@ index (``.search-index.bin``, generation ``gen``) is written now and then, and a
 every commit. Past ``DELTA_MAX_DOCS`` documents or ``DELTA_MAX_BYTES`` the commit writes the whole
 index under a new generation and an empty delta (compaction).
 
-Write side (``after_commit``): ``PlaceTxn.commit`` calls it once, under the place lock, after the
+Write side (``after_commit``): ``PlaceTxn.commit`` calls it once (through ``SearchListener``,
+the commit listener the composition root gives every ``MemoryDir``), under the place lock, after the
 manifest is committed. It starts from this pod's cached index when that matches the manifest the
 transaction started from (else the delta and the whole index are read), replaces the documents
 the commit wrote or removed, fills in up to ``LAZY_FILL`` documents the index lacks (a place
@@ -28,9 +29,8 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
-import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -39,11 +39,13 @@ import numpy as np
 from ..errors import HarnessMemoryError, MemoryFormatError
 from ..layout import SEARCH_DELTA_FILE, SEARCH_INDEX_FILE
 from ..observe import wrap_context
-from .index import Doc, Part, SearchIndex, doc_from_entry, entry_tags, make_doc, stamp_of
+from ..storage.caches import PerStore
+from .index import Doc, Part, SearchIndex, Tokenizer, doc_from_entry, entry_tags, make_doc, stamp_of
 
 if TYPE_CHECKING:
     from ..memdir import Manifest, MemoryDir
     from ..memdir.model import MemoryFile
+    from ..memdir.port import PlaceDir
 
 log = logging.getLogger(__name__)
 
@@ -63,52 +65,36 @@ class _Cached:
     delta: dict[str, Doc | None] | None = None  # the stored delta's documents (None: removed)
 
 
-_cache: OrderedDict[tuple[int, str], _Cached] = OrderedDict()
+#: Per store (dies with it): place prefix -> the pod's copy of the place's index.
+_cache: PerStore[OrderedDict[str, _Cached]] = PerStore(OrderedDict)
 _fallback: OrderedDict[tuple[object, ...], Doc] = OrderedDict()
 _lock = threading.Lock()
 
 
-def _key(memdir: MemoryDir) -> tuple[int, str]:
-    return id(memdir.store), memdir.place.prefix
-
-
 def _get_cached(memdir: MemoryDir) -> _Cached | None:
+    cache, key = _cache.of(memdir.store), memdir.place.prefix
     with _lock:
-        hit = _cache.get(_key(memdir))
+        hit = cache.get(key)
         if hit is not None:
-            _cache.move_to_end(_key(memdir))
+            cache.move_to_end(key)
         return hit
 
 
 def _put_cached(memdir: MemoryDir, index: SearchIndex, version: float, base: SearchIndex | None = None,
                 delta: dict[str, Doc | None] | None = None) -> None:
+    cache, key = _cache.of(memdir.store), memdir.place.prefix
     with _lock:
-        _cache[_key(memdir)] = _Cached(index, version, base, delta)
-        _cache.move_to_end(_key(memdir))
-        while len(_cache) > CACHE_PLACES:
-            _cache.popitem(last=False)
-
-
-#: Per store object (weakly: a store that is gone takes its listener with it).
-_listeners: weakref.WeakKeyDictionary[object, Callable[[MemoryDir], None]] = weakref.WeakKeyDictionary()
-
-
-def on_commit(store: object, listener: Callable[[MemoryDir], None] | None) -> None:
-    """Tell ``listener`` about every commit that changed memory files of a place in ``store``
-    (the semantic tier embeds them in the background); None removes it."""
-    with _lock:
-        if listener is None:
-            _listeners.pop(store, None)
-        else:
-            _listeners[store] = listener
+        cache[key] = _Cached(index, version, base, delta)
+        cache.move_to_end(key)
+        while len(cache) > CACHE_PLACES:
+            cache.popitem(last=False)
 
 
 def clear_cache() -> None:
     """Forget every cached index (benchmarks measure cold loads; tests start clean)."""
+    _cache.clear()
     with _lock:
-        _cache.clear()
         _fallback.clear()
-        _views.clear()
 
 
 def index_key(memdir: MemoryDir) -> str:
@@ -198,15 +184,16 @@ def load(memdir: MemoryDir, manifest: Manifest) -> SearchIndex:
     return index
 
 
-def _fallback_doc(entry: object) -> Doc:
+def _fallback_doc(entry: object, tokenize: Tokenizer) -> Doc:
     from ..memdir import ManifestEntry
 
     assert isinstance(entry, ManifestEntry)
-    key = (entry.file, entry.name, entry.description, entry.size, entry.updated_at, repr(entry_tags(entry)))
+    key = (entry.file, entry.name, entry.description, entry.size, entry.updated_at, repr(entry_tags(entry)),
+           tokenize)
     with _lock:
         doc = _fallback.get(key)
     if doc is None:
-        doc = doc_from_entry(entry)
+        doc = doc_from_entry(entry, tokenize)
         with _lock:
             _fallback[key] = doc
             while len(_fallback) > 50_000:
@@ -214,12 +201,12 @@ def _fallback_doc(entry: object) -> Doc:
     return doc
 
 
-def parts(memdir: MemoryDir, manifest: Manifest, prefix: str = "", exclude: frozenset[str] = frozenset()
-          ) -> list[Part]:
+def parts(memdir: MemoryDir, manifest: Manifest, prefix: str = "", exclude: frozenset[str] = frozenset(),
+          *, tokenize: Tokenizer) -> list[Part]:
     """The search parts for one place: its index's current documents, plus its other entries
     searched by their manifest line. ``exclude`` (names with ``prefix``) are left out."""
     index = load(memdir, manifest)
-    current, extra = _view(index, manifest)
+    current, extra = _view(index, manifest, tokenize)
     post = index.postings()
     out = [Part(post, current, prefix), *([Part(extra, np.ones(len(extra.files), dtype=bool), prefix)]
                                           if extra is not None else [])]
@@ -239,18 +226,19 @@ def _without(valid: np.ndarray, position: Mapping[str, int], names: list[str]) -
     return valid
 
 
-_views: OrderedDict[tuple[int, float, int], tuple[SearchIndex, np.ndarray, object]] = OrderedDict()
+VIEWS_PER_INDEX = 4
 
 
-def _view(index: SearchIndex, manifest: Manifest) -> tuple[np.ndarray, Any]:
+def _view(index: SearchIndex, manifest: Manifest, tokenize: Tokenizer) -> tuple[np.ndarray, Any]:
     """Which of ``index``'s documents are current for ``manifest`` (a mask), and postings of the
     entries it lacks (their manifest lines) or None. Cached per (index, manifest version): the
     warm path of a query must not walk 1,000 entries."""
-    key = (id(index), manifest.updated_at, len(manifest.entries))
+    key = (manifest.updated_at, len(manifest.entries))
+    views = index.views  # owned by the index: gone with it
     with _lock:
-        hit = _views.get(key)
-    if hit is not None and hit[0] is index:
-        return hit[1], hit[2]
+        hit = views.get(key)
+    if hit is not None:
+        return hit[0], hit[1]
     post = index.postings()
     valid = np.zeros(len(post.files), dtype=bool)
     missing = []
@@ -261,11 +249,12 @@ def _view(index: SearchIndex, manifest: Manifest) -> tuple[np.ndarray, Any]:
             valid[i] = True
         else:
             missing.append(entry)
-    extra = SearchIndex({d.file: d for d in map(_fallback_doc, missing)}).postings() if missing else None
+    extra = (SearchIndex({d.file: d for d in (_fallback_doc(e, tokenize) for e in missing)}).postings()
+             if missing else None)
     with _lock:
-        _views[key] = (index, valid, extra)
-        while len(_views) > CACHE_PLACES:
-            _views.popitem(last=False)
+        views[key] = (valid, extra)
+        while len(views) > VIEWS_PER_INDEX:
+            views.popitem(last=False)
     return valid, extra
 
 
@@ -277,14 +266,15 @@ def snippets(memdir: MemoryDir, manifest: Manifest) -> dict[str, str]:
 
 
 # -- write side -------------------------------------------------------------------------------
-def _memory_doc(file: str, stamp: tuple[int, float], memory: MemoryFile) -> Doc:
+def _memory_doc(file: str, stamp: tuple[int, float], memory: MemoryFile, tokenize: Tokenizer) -> Doc:
     extra = memory.extra if isinstance(memory.extra, dict) else {}
     tags = extra.get("tags")
     tag_list = [str(t) for t in tags] if isinstance(tags, list) else ([tags] if isinstance(tags, str) else [])
-    return make_doc(file, stamp, memory.name, memory.description, memory.body, tag_list)
+    return make_doc(file, stamp, memory.name, memory.description, memory.body, tag_list, tokenize=tokenize)
 
 
-def _lazy_fill(memdir: MemoryDir, index: SearchIndex, manifest: Manifest, skip: set[str]) -> list[Doc]:
+def _lazy_fill(memdir: MemoryDir, index: SearchIndex, manifest: Manifest, skip: set[str],
+               tokenize: Tokenizer) -> list[Doc]:
     """Read (concurrently) and index up to ``LAZY_FILL`` entries the index lacks."""
     from ..memdir.model import parse_memory
 
@@ -301,9 +291,10 @@ def _lazy_fill(memdir: MemoryDir, index: SearchIndex, manifest: Manifest, skip: 
         if obj is None:
             return None
         try:
-            return _memory_doc(entry.file, stamp_of(entry), parse_memory(obj.data.decode("utf-8", "replace")))
+            return _memory_doc(entry.file, stamp_of(entry), parse_memory(obj.data.decode("utf-8", "replace")),
+                               tokenize)
         except MemoryFormatError:
-            return doc_from_entry(entry)
+            return doc_from_entry(entry, tokenize)
 
     pool = memdir.executor
     found = list(pool.map(one, todo)) if pool is not None and len(todo) > 1 else [one(e) for e in todo]
@@ -330,7 +321,7 @@ def _write(memdir: MemoryDir, index: SearchIndex, manifest: Manifest, base: Sear
 
 
 def after_commit(memdir: MemoryDir, manifest: Manifest, written: Mapping[str, MemoryFile],
-                 removed: Iterable[str], cleared: bool, since: float | None = None) -> None:
+                 removed: Iterable[str], cleared: bool, since: float | None = None, *, tokenize: Tokenizer) -> None:
     """Bring the place's index in step with a commit (called by ``PlaceTxn.commit``; never raises).
 
     ``manifest`` is the one the commit wrote, ``written`` the memory files it wrote, ``removed``
@@ -349,13 +340,13 @@ def after_commit(memdir: MemoryDir, manifest: Manifest, written: Mapping[str, Me
             start, base, delta = hit.index, hit.base, hit.delta
         else:
             start, base, delta = _read_stored(memdir, hit)
-        added = [_memory_doc(f, stamp_of(manifest.entries[f]), m) for f, m in written.items()
+        added = [_memory_doc(f, stamp_of(manifest.entries[f]), m, tokenize) for f, m in written.items()
                  if f in manifest.entries]
         index = start.updated(remove=list(removed), add=added, clear=cleared)
         compacting = cleared or len(delta) + len(added) > DELTA_MAX_DOCS or not base.gen
         fill = []
         if compacting or len(index.docs) < len(manifest.entries):  # some entry may lack its document
-            fill = _lazy_fill(memdir, index, manifest, set(written))
+            fill = _lazy_fill(memdir, index, manifest, set(written), tokenize)
             if fill:
                 index = index.updated(add=fill)
         if compacting or len(index.docs) > len(manifest.entries) + DELTA_MAX_DOCS:
@@ -368,19 +359,29 @@ def after_commit(memdir: MemoryDir, manifest: Manifest, written: Mapping[str, Me
     except Exception as exc:  # the memory change is committed: an index failure must not undo or fail it
         log.warning("search index of %s not updated (%s: %s); recall searches the changed memories by their "
                     "index line until the next write or reindex", memdir.place.label, type(exc).__name__, exc)
-    with _lock:
-        listener = _listeners.get(memdir.store)
-    if listener is not None:
-        try:
-            listener(memdir)  # schedules work in the background; never waits for it
-        except Exception as exc:
-            log.warning("after-commit listener failed for %s (%s)", memdir.place.label, exc)
 
 
-def rebuild(memdir: MemoryDir, manifest: Manifest, memories: Mapping[str, MemoryFile]) -> SearchIndex:
+class SearchListener:
+    """The search index as a commit listener of ``memdir`` (``memdir/port.py``): the composition
+    root gives it to every ``MemoryDir`` it builds, so memdir never imports this package.
+    Stateless but for the tokenizer (the caches live per store)."""
+
+    def __init__(self, tokenize: Tokenizer) -> None:
+        self.tokenize = tokenize
+
+    def committed(self, memdir: PlaceDir, manifest: Manifest, written: Mapping[str, MemoryFile],
+                  removed: Sequence[str], cleared: bool, since: float | None) -> None:
+        after_commit(memdir, manifest, written, removed, cleared, since, tokenize=self.tokenize)
+
+    def rebuilt(self, memdir: PlaceDir, manifest: Manifest, memories: Mapping[str, MemoryFile]) -> None:
+        rebuild(memdir, manifest, memories, tokenize=self.tokenize)
+
+
+def rebuild(memdir: MemoryDir, manifest: Manifest, memories: Mapping[str, MemoryFile], *,
+            tokenize: Tokenizer) -> SearchIndex:
     """Write the index from scratch (``reindex``; the caller holds the place lock and has read
     every file). Raises on a store failure."""
-    index = SearchIndex({d.file: d for d in (_memory_doc(f, stamp_of(manifest.entries[f]), m)
+    index = SearchIndex({d.file: d for d in (_memory_doc(f, stamp_of(manifest.entries[f]), m, tokenize)
                                              for f, m in memories.items() if f in manifest.entries)})
     _write(memdir, index, manifest)
     return index
@@ -388,13 +389,13 @@ def rebuild(memdir: MemoryDir, manifest: Manifest, memories: Mapping[str, Memory
 
 __all__ = [
     "LAZY_FILL",
+    "SearchListener",
     "after_commit",
     "clear_cache",
     "covers",
     "delta_key",
     "index_key",
     "load",
-    "on_commit",
     "parts",
     "rebuild",
     "snippets",
