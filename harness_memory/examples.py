@@ -58,6 +58,13 @@ EXTRACTION_EXAMPLES = (
     "keeps her books in Calc now, not Excel",
     "I run a bakery in Lyon and do my books in LibreOffice Calc, so stop giving me Excel formulas",
 )
+
+
+def example_texts() -> tuple[str, ...]:
+    """The extraction prompt's example texts, as this module holds them (``EXTRACTION_EXAMPLES``)."""
+    return EXTRACTION_EXAMPLES
+
+
 #: Bare placeholders a template or a lazy model produces (compared normalised).
 GENERIC = frozenset({"", "string", "text", "content", "fact", "thefact", "example", "todo", "tbd", "na",
                      "none", "null", "xxx", "placeholder", "yourfacthere", "factcontent", "summary",
@@ -109,8 +116,9 @@ def _memory_file_texts() -> list[str]:
 @functools.cache
 def registry() -> ExampleTexts:
     """Every example text we show any model: the memory-file example, the extraction prompt's worked
-    example (``EXTRACTION_EXAMPLES``) and the legacy templates."""
-    return ExampleTexts([*_memory_file_texts(), *EXTRACTION_EXAMPLES, *LEGACY_EXAMPLES])
+    example (``EXTRACTION_EXAMPLES``: data, this module imports nothing of ``auto``) and the legacy templates."""
+
+    return ExampleTexts([*_memory_file_texts(), *example_texts(), *LEGACY_EXAMPLES])
 
 
 def copied_example(text: str) -> str | None:
@@ -119,7 +127,6 @@ def copied_example(text: str) -> str | None:
 
 
 __all__ = ["DESCRIPTION_HINT", "EXAMPLE_BODY", "EXAMPLE_DESCRIPTION", "EXAMPLE_FILE_NAME", "EXAMPLE_INTRO",
-           "EXAMPLE_NAME", "EXTRACTION_EXAMPLES", "FRONTMATTER_EXAMPLE", "GENERIC", "LEGACY_EXAMPLES", "ExampleTexts",
-           "bare_placeholder",
+           "EXAMPLE_NAME", "FRONTMATTER_EXAMPLE", "GENERIC", "LEGACY_EXAMPLES", "ExampleTexts", "bare_placeholder",
            "copied_example",
            "normalize_text", "registry"]
