@@ -18,7 +18,7 @@ import sys
 import time
 
 from harness_memory.config import MemoryConfig
-from harness_memory.recall.tokenize import tokenize
+from harness_memory.search.index import tokenize
 from harness_memory.services import MemoryServices
 from harness_memory.tools import MemoryTools
 

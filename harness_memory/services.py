@@ -101,7 +101,7 @@ class MemoryServices:
     _session: SessionMemoryManager | None = field(default=None, repr=False)
     _auto: AutoMemory | None = field(default=None, repr=False)
     _riding: SummaryRiding | None = field(default=None, repr=False)
-    #: Keeps each place's search index in step with its commits, with recall's tokenizer.
+    #: Keeps each place's search index in step with its commits.
     _search_listener: SearchListener = field(default_factory=lambda: _search_listener(), repr=False)
     _surfaced: SurfacedTracker | None = field(default=None, repr=False)
     _semantic: SemanticTier | None = field(default=None, repr=False)
@@ -389,12 +389,11 @@ class MemoryServices:
 
 
 def _search_listener() -> SearchListener:
-    """The search index's commit listener with recall's tokenizer (imported here, not at the top:
-    ``import harness_memory.services`` stays free of numpy and jieba until services are built)."""
-    from .recall.tokenize import tokenize
+    """The search index's commit listener (imported here, not at the top: ``import
+    harness_memory.services`` stays free of numpy until services are built)."""
     from .search.place import SearchListener
 
-    return SearchListener(tokenize)
+    return SearchListener()
 
 
 def _quietly(what: str, fn: Callable[[], object]) -> None:

@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 from harness_memory.config import MemoryConfig
 from harness_memory.layout import Place
 from harness_memory.memdir import MemoryDir
-from harness_memory.recall.tokenize import tokenize
 from harness_memory.search.place import SearchListener, stored_index
 from harness_memory.services import MemoryServices
 from harness_memory.storage import LocalStore
@@ -78,7 +77,7 @@ def test_a_bare_memdir_keeps_no_search_index_and_a_listener_does(store: LocalSto
     bare = MemoryDir(store, Place.user_agent("bare"))
     bare.save("a.md", mem("a", "zebrafish"))
     assert stored_index(bare).docs == {}
-    indexed = MemoryDir(store, Place.user_agent("indexed"), listeners=(SearchListener(tokenize),))
+    indexed = MemoryDir(store, Place.user_agent("indexed"), listeners=(SearchListener(),))
     indexed.save("a.md", mem("a", "zebrafish"))
     assert "zebrafish" in stored_index(indexed).docs["a.md"].terms
 

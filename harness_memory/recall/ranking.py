@@ -17,7 +17,6 @@ from ..search import Part, bm25
 from ..search import place as search_place
 from .context import SHARED_PREFIX
 from .lexical import ScoredFile
-from .tokenize import tokenize
 
 log = logging.getLogger(__name__)
 RRF_K = 60  # reciprocal-rank fusion constant (the usual 60: ranks, not scores, are fused)
@@ -46,11 +45,11 @@ class PlaceRanker:
     def _parts(self, exclude: frozenset[str]) -> list[Part]:
         out: list[Part] = []
         for memdir, manifest, prefix in self.places.items:
-            out.extend(search_place.parts(memdir, manifest, prefix, exclude, tokenize=tokenize))
+            out.extend(search_place.parts(memdir, manifest, prefix, exclude))
         return out
 
     def lexical(self, query: str, k: int, exclude: frozenset[str] = frozenset()) -> list[ScoredFile]:
-        return [ScoredFile(f, s) for f, s in bm25(self._parts(exclude), query, k, tokenize=tokenize)]
+        return [ScoredFile(f, s) for f, s in bm25(self._parts(exclude), query, k)]
 
     def __call__(self, query: str, k: int, exclude: frozenset[str] = frozenset()) -> list[ScoredFile]:
         lexical = self.lexical(query, max(k, 30), exclude)

@@ -25,11 +25,13 @@ import struct
 import threading
 import zlib
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from .tokenize import tokenize  # documents and queries share one tokenizer (recall re-exports it)
 
 if TYPE_CHECKING:
     from ..memdir import ManifestEntry
@@ -76,12 +78,6 @@ def _parse_line(line: str) -> dict[str, int]:
     return {parts[i]: int(parts[i + 1]) for i in range(0, len(parts) - 1, 2)}
 
 
-#: Text -> terms. Given by the caller (recall's tokenizer, ``recall/tokenize.py``: the composition
-#: root hands the same one to the commit listener and to recall), so this package imports nothing
-#: above it; documents and queries must use the same one.
-Tokenizer = Callable[[str], list[str]]
-
-
 def stamp_of(entry: ManifestEntry) -> tuple[int, float]:
     """What identifies one version of a memory in the manifest."""
     return int(entry.size), float(entry.updated_at)
@@ -94,7 +90,7 @@ def snippet_of(body: str) -> str:
 
 
 def make_doc(file: str, stamp: tuple[int, float], name: str, description: str, body: str,
-             tags: Iterable[str] = (), *, tokenize: Tokenizer) -> Doc:
+             tags: Iterable[str] = ()) -> Doc:
     """Tokenise one memory's fields into weighted term counts."""
     stem = file[:-3] if file.lower().endswith(".md") else file
     counts: Counter[str] = Counter()
@@ -113,10 +109,9 @@ def entry_tags(entry: ManifestEntry) -> list[str]:
     return [tags] if isinstance(tags, str) else []
 
 
-def doc_from_entry(entry: ManifestEntry, tokenize: Tokenizer) -> Doc:
+def doc_from_entry(entry: ManifestEntry) -> Doc:
     """A document from the manifest line alone (for a memory the index does not hold yet)."""
-    return make_doc(entry.file, stamp_of(entry), entry.name, entry.description, "", entry_tags(entry),
-                    tokenize=tokenize)
+    return make_doc(entry.file, stamp_of(entry), entry.name, entry.description, "", entry_tags(entry))
 
 
 class SearchIndex:
@@ -239,7 +234,7 @@ class Part:
     prefix: str = ""  # "shared/" for the shared place
 
 
-def bm25(parts: Sequence[Part], query: str, k: int, *, tokenize: Tokenizer) -> list[tuple[str, float]]:
+def bm25(parts: Sequence[Part], query: str, k: int) -> list[tuple[str, float]]:
     """BM25 over the valid documents of all ``parts`` as one collection; top ``k`` with a positive
     score, best first (ties: file name order)."""
     terms = list(dict.fromkeys(tokenize(query)))
@@ -288,7 +283,6 @@ __all__ = [
     "Doc",
     "Part",
     "SearchIndex",
-    "Tokenizer",
     "bm25",
     "doc_from_entry",
     "entry_tags",

@@ -40,7 +40,7 @@ from ..errors import HarnessMemoryError, MemoryFormatError
 from ..layout import SEARCH_DELTA_FILE, SEARCH_INDEX_FILE
 from ..observe import wrap_context
 from ..storage.caches import PerStore
-from .index import Doc, Part, SearchIndex, Tokenizer, doc_from_entry, entry_tags, make_doc, stamp_of
+from .index import Doc, Part, SearchIndex, doc_from_entry, entry_tags, make_doc, stamp_of
 
 if TYPE_CHECKING:
     from ..memdir import Manifest, MemoryDir
@@ -184,16 +184,15 @@ def load(memdir: MemoryDir, manifest: Manifest) -> SearchIndex:
     return index
 
 
-def _fallback_doc(entry: object, tokenize: Tokenizer) -> Doc:
+def _fallback_doc(entry: object) -> Doc:
     from ..memdir import ManifestEntry
 
     assert isinstance(entry, ManifestEntry)
-    key = (entry.file, entry.name, entry.description, entry.size, entry.updated_at, repr(entry_tags(entry)),
-           tokenize)
+    key = (entry.file, entry.name, entry.description, entry.size, entry.updated_at, repr(entry_tags(entry)))
     with _lock:
         doc = _fallback.get(key)
     if doc is None:
-        doc = doc_from_entry(entry, tokenize)
+        doc = doc_from_entry(entry)
         with _lock:
             _fallback[key] = doc
             while len(_fallback) > 50_000:
@@ -201,12 +200,12 @@ def _fallback_doc(entry: object, tokenize: Tokenizer) -> Doc:
     return doc
 
 
-def parts(memdir: MemoryDir, manifest: Manifest, prefix: str = "", exclude: frozenset[str] = frozenset(),
-          *, tokenize: Tokenizer) -> list[Part]:
+def parts(memdir: MemoryDir, manifest: Manifest, prefix: str = "", exclude: frozenset[str] = frozenset()
+          ) -> list[Part]:
     """The search parts for one place: its index's current documents, plus its other entries
     searched by their manifest line. ``exclude`` (names with ``prefix``) are left out."""
     index = load(memdir, manifest)
-    current, extra = _view(index, manifest, tokenize)
+    current, extra = _view(index, manifest)
     post = index.postings()
     out = [Part(post, current, prefix), *([Part(extra, np.ones(len(extra.files), dtype=bool), prefix)]
                                           if extra is not None else [])]
@@ -229,7 +228,7 @@ def _without(valid: np.ndarray, position: Mapping[str, int], names: list[str]) -
 VIEWS_PER_INDEX = 4
 
 
-def _view(index: SearchIndex, manifest: Manifest, tokenize: Tokenizer) -> tuple[np.ndarray, Any]:
+def _view(index: SearchIndex, manifest: Manifest) -> tuple[np.ndarray, Any]:
     """Which of ``index``'s documents are current for ``manifest`` (a mask), and postings of the
     entries it lacks (their manifest lines) or None. Cached per (index, manifest version): the
     warm path of a query must not walk 1,000 entries."""
@@ -249,8 +248,7 @@ def _view(index: SearchIndex, manifest: Manifest, tokenize: Tokenizer) -> tuple[
             valid[i] = True
         else:
             missing.append(entry)
-    extra = (SearchIndex({d.file: d for d in (_fallback_doc(e, tokenize) for e in missing)}).postings()
-             if missing else None)
+    extra = SearchIndex({d.file: d for d in map(_fallback_doc, missing)}).postings() if missing else None
     with _lock:
         views[key] = (valid, extra)
         while len(views) > VIEWS_PER_INDEX:
@@ -266,15 +264,14 @@ def snippets(memdir: MemoryDir, manifest: Manifest) -> dict[str, str]:
 
 
 # -- write side -------------------------------------------------------------------------------
-def _memory_doc(file: str, stamp: tuple[int, float], memory: MemoryFile, tokenize: Tokenizer) -> Doc:
+def _memory_doc(file: str, stamp: tuple[int, float], memory: MemoryFile) -> Doc:
     extra = memory.extra if isinstance(memory.extra, dict) else {}
     tags = extra.get("tags")
     tag_list = [str(t) for t in tags] if isinstance(tags, list) else ([tags] if isinstance(tags, str) else [])
-    return make_doc(file, stamp, memory.name, memory.description, memory.body, tag_list, tokenize=tokenize)
+    return make_doc(file, stamp, memory.name, memory.description, memory.body, tag_list)
 
 
-def _lazy_fill(memdir: MemoryDir, index: SearchIndex, manifest: Manifest, skip: set[str],
-               tokenize: Tokenizer) -> list[Doc]:
+def _lazy_fill(memdir: MemoryDir, index: SearchIndex, manifest: Manifest, skip: set[str]) -> list[Doc]:
     """Read (concurrently) and index up to ``LAZY_FILL`` entries the index lacks."""
     from ..memdir.model import parse_memory
 
@@ -291,10 +288,9 @@ def _lazy_fill(memdir: MemoryDir, index: SearchIndex, manifest: Manifest, skip: 
         if obj is None:
             return None
         try:
-            return _memory_doc(entry.file, stamp_of(entry), parse_memory(obj.data.decode("utf-8", "replace")),
-                               tokenize)
+            return _memory_doc(entry.file, stamp_of(entry), parse_memory(obj.data.decode("utf-8", "replace")))
         except MemoryFormatError:
-            return doc_from_entry(entry, tokenize)
+            return doc_from_entry(entry)
 
     pool = memdir.executor
     found = list(pool.map(one, todo)) if pool is not None and len(todo) > 1 else [one(e) for e in todo]
@@ -321,7 +317,7 @@ def _write(memdir: MemoryDir, index: SearchIndex, manifest: Manifest, base: Sear
 
 
 def after_commit(memdir: MemoryDir, manifest: Manifest, written: Mapping[str, MemoryFile],
-                 removed: Iterable[str], cleared: bool, since: float | None = None, *, tokenize: Tokenizer) -> None:
+                 removed: Iterable[str], cleared: bool, since: float | None = None) -> None:
     """Bring the place's index in step with a commit (called by ``PlaceTxn.commit``; never raises).
 
     ``manifest`` is the one the commit wrote, ``written`` the memory files it wrote, ``removed``
@@ -340,13 +336,13 @@ def after_commit(memdir: MemoryDir, manifest: Manifest, written: Mapping[str, Me
             start, base, delta = hit.index, hit.base, hit.delta
         else:
             start, base, delta = _read_stored(memdir, hit)
-        added = [_memory_doc(f, stamp_of(manifest.entries[f]), m, tokenize) for f, m in written.items()
+        added = [_memory_doc(f, stamp_of(manifest.entries[f]), m) for f, m in written.items()
                  if f in manifest.entries]
         index = start.updated(remove=list(removed), add=added, clear=cleared)
         compacting = cleared or len(delta) + len(added) > DELTA_MAX_DOCS or not base.gen
         fill = []
         if compacting or len(index.docs) < len(manifest.entries):  # some entry may lack its document
-            fill = _lazy_fill(memdir, index, manifest, set(written), tokenize)
+            fill = _lazy_fill(memdir, index, manifest, set(written))
             if fill:
                 index = index.updated(add=fill)
         if compacting or len(index.docs) > len(manifest.entries) + DELTA_MAX_DOCS:
@@ -364,24 +360,20 @@ def after_commit(memdir: MemoryDir, manifest: Manifest, written: Mapping[str, Me
 class SearchListener:
     """The search index as a commit listener of ``memdir`` (``memdir/port.py``): the composition
     root gives it to every ``MemoryDir`` it builds, so memdir never imports this package.
-    Stateless but for the tokenizer (the caches live per store)."""
-
-    def __init__(self, tokenize: Tokenizer) -> None:
-        self.tokenize = tokenize
+    Stateless (the caches live per store): one serves every place."""
 
     def committed(self, memdir: PlaceDir, manifest: Manifest, written: Mapping[str, MemoryFile],
                   removed: Sequence[str], cleared: bool, since: float | None) -> None:
-        after_commit(memdir, manifest, written, removed, cleared, since, tokenize=self.tokenize)
+        after_commit(memdir, manifest, written, removed, cleared, since)
 
     def rebuilt(self, memdir: PlaceDir, manifest: Manifest, memories: Mapping[str, MemoryFile]) -> None:
-        rebuild(memdir, manifest, memories, tokenize=self.tokenize)
+        rebuild(memdir, manifest, memories)
 
 
-def rebuild(memdir: MemoryDir, manifest: Manifest, memories: Mapping[str, MemoryFile], *,
-            tokenize: Tokenizer) -> SearchIndex:
+def rebuild(memdir: MemoryDir, manifest: Manifest, memories: Mapping[str, MemoryFile]) -> SearchIndex:
     """Write the index from scratch (``reindex``; the caller holds the place lock and has read
     every file). Raises on a store failure."""
-    index = SearchIndex({d.file: d for d in (_memory_doc(f, stamp_of(manifest.entries[f]), m, tokenize)
+    index = SearchIndex({d.file: d for d in (_memory_doc(f, stamp_of(manifest.entries[f]), m)
                                              for f, m in memories.items() if f in manifest.entries)})
     _write(memdir, index, manifest)
     return index
