@@ -58,6 +58,7 @@ chromium:
 # 127.0.0.1 ports and stop them afterwards.
 test: venv redis-server chromium
 	$(VENV)/bin/ruff check harness_memory tests bench examples
+	$(VENV)/bin/lint-imports  # the layers (pyproject.toml [tool.importlinter]); cycles: tests/test_architecture.py
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 serve: $(SERVE_STAMP)

@@ -20,7 +20,8 @@ import sys
 
 from harness_memory import build_agent
 from harness_memory.config import MemoryConfig
-from harness_memory.memdir import Manifest, MemoryDir
+from harness_memory.memdir import MemoryDir
+from harness_memory.memdir.stored import manifest_from_bytes
 from harness_memory.services import MemoryServices
 
 from .common import config_for, p50, pct, seed, servers, table, timed
@@ -49,8 +50,8 @@ def breakdown(services: MemoryServices, repeat: int) -> list[list[object]]:
         ("… GET the user's .manifest.json", timed(lambda: services.store.get(own.manifest_key), repeat)),
     ]
     try:  # the object alone is a whole manifest in format 1 only (issue #18: a head over a base)
-        Manifest.from_bytes(raw)
-        parts.append(("… parse it (Manifest.from_bytes)", timed(lambda: Manifest.from_bytes(raw), repeat)))
+        manifest_from_bytes(raw)
+        parts.append(("… parse it (stored.manifest_from_bytes)", timed(lambda: manifest_from_bytes(raw), repeat)))
     except Exception as exc:
         parts.append((f"… parse .manifest.json alone: not measured ({type(exc).__name__})", []))
     parts.append(("MEMORY.md text for the prompt (render + cap)", timed(lambda: own.index_text(manifest), repeat)))
@@ -70,7 +71,7 @@ def breakdown(services: MemoryServices, repeat: int) -> list[list[object]]:
 def manifest_load(own: MemoryDir, backend: str, n: int, repeat: int) -> list[object]:
     """One row: p50 of ``load_manifest()`` on a place of ``n`` memories and its cost per memory.
 
-    Why through ``load_manifest`` and not ``Manifest.from_bytes`` of one object: a build reads
+    Why through ``load_manifest`` and not ``stored.manifest_from_bytes`` of one object: a build reads
     whatever that method reads (one whole manifest today; a head + base after issue #18), so the
     row keeps measuring what a build pays when the format changes. GET included (on the local
     store a file read)."""

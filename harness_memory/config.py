@@ -23,11 +23,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
+from .errors import ConfigError  # defined in errors (redis_target raises it too); importable here as always
+from .redis_target import target_for
+
 ENV_PREFIX = "HARNESS_MEMORY_"
-
-
-class ConfigError(ValueError):
-    """A setting is missing or malformed; the message names the setting."""
 
 
 class _Section(BaseModel):
@@ -128,8 +127,6 @@ class RedisConfig(_Section):
 
     @model_validator(mode="after")
     def _parses(self) -> RedisConfig:
-        from .redis_client import target_for  # the one parser of these settings (it imports this module)
-
         try:
             target_for(self)
         except ConfigError as exc:

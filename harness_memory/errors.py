@@ -8,6 +8,10 @@ unreachable) and every message is written for a person.
 from __future__ import annotations
 
 
+class ConfigError(ValueError):
+    """A setting is missing or malformed; the message names the setting."""
+
+
 class HarnessMemoryError(Exception):
     """Base of every error raised by harness-memory."""
 

@@ -42,6 +42,29 @@ LEGACY_EXAMPLES = (
     "I am a frontend engineer",
     "what the assistant did wrong",
 )
+#: The texts of the auto-memory extraction prompt's worked example and example conversation
+#: (``auto/prompt.py``: ``example_texts()``). Held here as data because the memory file format
+#: (``memdir``) checks against them and must not import the feature above it; a test keeps the two
+#: in step (``tests/test_placeholders.py``).
+EXTRACTION_EXAMPLES = (
+    "Runs a bakery in Lyon; keeps the accounts in LibreOffice Calc.",
+    "Runs a bakery in Lyon",
+    "I run a bakery in Lyon",
+    "Give LibreOffice Calc formulas, not Excel ones",
+    "Gave Excel formulas to a LibreOffice Calc user",
+    "stop giving me Excel formulas",
+    "At the Sirha trade fair until Sunday",
+    "I'm at the Sirha trade fair until Sunday",
+    "keeps her books in Calc now, not Excel",
+    "I run a bakery in Lyon and do my books in LibreOffice Calc, so stop giving me Excel formulas",
+)
+
+
+def example_texts() -> tuple[str, ...]:
+    """The extraction prompt's example texts, as this module holds them (``EXTRACTION_EXAMPLES``)."""
+    return EXTRACTION_EXAMPLES
+
+
 #: Bare placeholders a template or a lazy model produces (compared normalised).
 GENERIC = frozenset({"", "string", "text", "content", "fact", "thefact", "example", "todo", "tbd", "na",
                      "none", "null", "xxx", "placeholder", "yourfacthere", "factcontent", "summary",
@@ -93,8 +116,7 @@ def _memory_file_texts() -> list[str]:
 @functools.cache
 def registry() -> ExampleTexts:
     """Every example text we show any model: the memory-file example, the extraction prompt's worked
-    example (imported lazily: ``auto`` imports this module) and the legacy templates."""
-    from .auto.prompt import example_texts
+    example (``EXTRACTION_EXAMPLES``: data, this module imports nothing of ``auto``) and the legacy templates."""
 
     return ExampleTexts([*_memory_file_texts(), *example_texts(), *LEGACY_EXAMPLES])
 

@@ -273,7 +273,7 @@ class LeaseKeeper:
                     self._jobs.pop(job, None)
 
 
-#: The process-wide keeper (place leases and session summary leases).
+#: The keeper of lockers made by hand (``MemoryServices`` gives its own, stopped by ``close``).
 LEASES = LeaseKeeper()
 
 

@@ -26,7 +26,6 @@ import atexit
 import hashlib
 import logging
 import threading
-import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
@@ -41,25 +40,30 @@ from .config import ConfigError, MemoryConfig, lease_problem
 from .errors import ModelNotConfigured
 from .layout import Place
 from .llm import LightModel
-from .locks import LEASES, LocalLocker, Locker, RedisLocker
+from .locks import LeaseKeeper, LocalLocker, Locker, RedisLocker
 from .memdir import CappedText, Manifest, MemoryDir
+from .memdir.port import CommitListener
+from .memdir.views import SHARED_VIEW_TTL, SharedViews
 from .observe import Telemetry, wrap_context
 from .redis_client import RedisClient, make_redis
+from .snapshot.state import KnownAbsent
 from .storage import LocalStore, ObjectStore, make_store
 
 if TYPE_CHECKING:
     from agno.models.base import Model
 
     from .auto.rider import SummaryRider
+    from .auto.riding import SummaryRiding
     from .auto.service import AutoMemory
     from .recall.semantic import SemanticTier
+    from .recall.semantic_listener import EmbedOnCommit
     from .recall.surfaced import SurfacedTracker
+    from .search.place import SearchListener
     from .session.manager import SessionMemoryManager
     from .tools import MemoryTools
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-SHARED_VIEW_TTL = 30.0
 TOOLS_CACHE_SIZE = 4096
 #: Threads running whole memory operations off an event loop (tool calls under ``arun()``,
 #: hooks, probes). Sized so 32 concurrent requests never queue behind each other.
@@ -81,9 +85,12 @@ class MemoryServices:
     work: ThreadPoolExecutor
     #: Metrics, spans and events of memory work (``observe``); every part below records through it.
     telemetry: Telemetry = field(default_factory=Telemetry.disabled, repr=False)
+    #: Renews the leases of this process's place locks and session summaries (one thread).
+    leases: LeaseKeeper = field(default_factory=LeaseKeeper, repr=False)
     _closed: bool = field(default=False, repr=False)
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
-    _shared_views: dict[str, tuple[float, Manifest, CappedText]] = field(default_factory=dict, repr=False)
+    #: The shared places' cached views (``memdir/views.py``): prompt builds and recall share them.
+    shared_views: SharedViews = field(default_factory=SharedViews, repr=False)
     _tools: OrderedDict[tuple[str, str], MemoryTools] = field(default_factory=OrderedDict, repr=False)
     _agent_model: Model | None = field(default=None, repr=False)
     _agent_model_error: str | None = field(default=None, repr=False)
@@ -93,11 +100,15 @@ class MemoryServices:
     _extraction_made: bool = field(default=False, repr=False)
     _session: SessionMemoryManager | None = field(default=None, repr=False)
     _auto: AutoMemory | None = field(default=None, repr=False)
+    _riding: SummaryRiding | None = field(default=None, repr=False)
+    #: Keeps each place's search index in step with its commits.
+    _search_listener: SearchListener = field(default_factory=lambda: _search_listener(), repr=False)
     _surfaced: SurfacedTracker | None = field(default=None, repr=False)
     _semantic: SemanticTier | None = field(default=None, repr=False)
     _semantic_made: bool = field(default=False, repr=False)
-    #: Snapshot sync records known to be absent, per place prefix (monotonic expiry time).
-    snapshot_absent: dict[str, float] = field(default_factory=dict, repr=False)
+    _embed_on_commit: EmbedOnCommit | None = field(default=None, repr=False)
+    #: Snapshot sync records known to be absent (``snapshot/state.py`` owns the policy).
+    snapshot_absent: KnownAbsent = field(default_factory=KnownAbsent, repr=False)
 
     @classmethod
     def from_config(cls, config: MemoryConfig, *, store: ObjectStore | None = None,
@@ -120,14 +131,15 @@ class MemoryServices:
                             telemetry=telemetry)
         client = make_redis(config.redis)
         locker: Locker = local
+        leases = LeaseKeeper()  # renews this process's place and summary leases; stopped by close()
         if client is not None:
             locker = RedisLocker(client, prefix=config.redis.key_prefix, ttl=limits.lock_ttl_seconds,
-                                 wait=limits.lock_wait_seconds, fallback=local,
+                                 wait=limits.lock_wait_seconds, fallback=local, keeper=leases,
                                  retry_after=config.redis.retry_after_seconds, telemetry=telemetry,
                                  block=min(0.2, config.redis.socket_timeout / 2))
         work = ThreadPoolExecutor(max_workers=WORK_THREADS, thread_name_prefix="hm-work")
         services = cls(config=config, store=store, redis=client, locker=locker, io=io, work=work,
-                       telemetry=telemetry)
+                       telemetry=telemetry, leases=leases)
         if config.embed.model:
             services.semantic()  # from the start, so every write is embedded (in the background)
         _live.add(services)  # flushed at interpreter exit unless closed before
@@ -146,7 +158,14 @@ class MemoryServices:
         return self.config.store.key_prefix
 
     def memdir(self, place: Place) -> MemoryDir:
-        return MemoryDir(self.store, place, locker=self.locker, limits=self.config.limits, executor=self.io)
+        return MemoryDir(self.store, place, locker=self.locker, limits=self.config.limits, executor=self.io,
+                         listeners=self.commit_listeners())
+
+    def commit_listeners(self) -> tuple[CommitListener, ...]:
+        """Who hears about every commit of a place (``memdir/port.py``): the search index, then
+        the semantic tier (embeds what changed, in the background) while it runs."""
+        embed, search = self._embed_on_commit, self._search_listener
+        return (search,) if embed is None or self._closed else (search, embed)
 
     def user_agent_dir(self, user_id: str, agent_type: str = "default") -> MemoryDir:
         return self.memdir(Place.user_agent(user_id, agent_type, self.key_prefix))
@@ -161,31 +180,13 @@ class MemoryServices:
         return self.memdir(Place.shared_auto(project or self.config.agent.project, self.key_prefix))
 
     def shared_view(self, shared: MemoryDir) -> tuple[Manifest, CappedText]:
-        """A shared place's manifest and capped index, cached per pod for ``SHARED_VIEW_TTL`` s.
-
-        Why: every agent build (prompt) and every recall reads the shared agent memory, which
-        changes rarely; one cached read serves both and saves a request per build. A store
-        failure answers with the last known view (or an empty one) and a warning.
-        """
-        now = time.monotonic()
-        with self._lock:
-            hit = self._shared_views.get(shared.place.prefix)
-        if hit is not None and hit[0] > now:
-            return hit[1], hit[2]
-        try:
-            manifest = shared.manifest()
-            index = shared.index_text(manifest)
-        except Exception as exc:  # a dead store must not stop the build
-            log.warning("shared memory %s unavailable (%s)", shared.place.label, exc)
-            return (hit[1], hit[2]) if hit else (Manifest(), CappedText("", False, 0))
-        with self._lock:
-            self._shared_views[shared.place.prefix] = (now + SHARED_VIEW_TTL, manifest, index)
-        return manifest, index
+        """A shared place's manifest and capped index, cached per pod for ``SHARED_VIEW_TTL`` s
+        (``memdir/views.py`` says why)."""
+        return self.shared_views.get(shared)
 
     def forget_shared_view(self, shared: MemoryDir) -> None:
         """Drop the cached view after this pod changed the shared place."""
-        with self._lock:
-            self._shared_views.pop(shared.place.prefix, None)
+        self.shared_views.forget(shared)
 
     # -- executors ------------------------------------------------------------------------
     def submit_io(self, fn: Callable[..., T], *args: Any) -> Future[T]:
@@ -261,14 +262,14 @@ class MemoryServices:
                 cfg = self.config.embed
                 if cfg.model and not self._closed:
                     from .recall.semantic import SemanticTier
-                    from .search.place import on_commit
+                    from .recall.semantic_listener import EmbedOnCommit
 
                     model = self.config.model
                     cfg = cfg.model_copy(update={"base_url": cfg.base_url or model.base_url,
                                                  "api_key": cfg.api_key or model.api_key})
                     if cfg.base_url:
                         self._semantic = SemanticTier(cfg)
-                        on_commit(self.store, self._semantic.after_commit)
+                        self._embed_on_commit = EmbedOnCommit(self._semantic)
                     else:
                         log.warning("embed.model is set but no base URL (embed.base_url or model.base_url); "
                                     "recall runs without the semantic tier")
@@ -293,50 +294,54 @@ class MemoryServices:
 
         with self._lock:
             if self._session is None or self._session.closed:
-                self._session = SessionMemoryManager.from_services(self)
+                cfg = self.config
+                self._session = SessionMemoryManager(
+                    self.store, config=cfg.session, redis_client=self.redis, redis_config=cfg.redis,
+                    model=self.light_model(), key_prefix=cfg.store.key_prefix, executor=self.work,
+                    telemetry=self.telemetry, riders=self.riding.rider, leases=self.leases)
             return self._session
 
     def auto_memory(self, **options: Any) -> AutoMemory:
         """Auto memory of this process (capture hook, debounced queue, fact API). ``options``
         (``clock``, ``start_worker``, ``today``: tests and benchmarks) apply when it is created;
         passing them once it exists is a ValueError."""
-        from .auto.service import AutoMemory
-
         with self._lock:
             if self._auto is None or self._auto.closed:
-                self._auto = AutoMemory(self, **options)
+                self._auto = self.new_auto_memory(**options)
             elif options:
                 raise ValueError("auto memory already exists; options apply only when it is created")
             return self._auto
 
+    def new_auto_memory(self, **options: Any) -> AutoMemory:
+        """A new ``AutoMemory`` wired to these services (``auto_memory`` keeps the one the process
+        uses; tests make more). ``options``: ``clock``, ``start_worker``, ``today``."""
+        from .auto.service import AutoMemory
+
+        return AutoMemory(self.config.auto, places=self, model=self.extraction_model, telemetry=self.telemetry,
+                          executor=self.work, carries=self.riding.carries, **options)
+
     # -- session summaries and auto memory in one call --------------------------------------
-    def session_carries(self, session_id: str) -> bool:
-        """Whether an auto-memory extraction of ``session_id`` can wait for the session's next
-        summary and ride along in its call: session memory of this process summarises the
-        session, with the same model as the extraction, and session ids are bound to their user
-        (so the session's conversation is one user's)."""
-        cfg = self.config
-        if not (cfg.session.enabled and cfg.session.bind_to_user and cfg.auto.combine_with_summary):
-            return False
+    @property
+    def riding(self) -> SummaryRiding:
+        """The summary-rider policy (``auto/riding.py``) handed to session and auto memory."""
         with self._lock:
-            session = self._session
-        if session is None or session.closed or session.model is None:
-            return False
-        return self.extraction_model() is self.light_model() and session.tracks(session_id)
+            if self._riding is None:
+                from .auto.riding import SummaryRiding
+
+                self._riding = SummaryRiding(self.config, sessions=lambda: self._session,
+                                             extractions=lambda: self._auto, same_model=self._same_model)
+            return self._riding
+
+    def _same_model(self) -> bool:
+        return self.extraction_model() is self.light_model()
+
+    def session_carries(self, session_id: str) -> bool:
+        """``SummaryRiding.carries``: the extraction of ``session_id`` waits for its summary."""
+        return self.riding.carries(session_id)
 
     def summary_rider(self, session_id: str) -> SummaryRider | None:
-        """For the summariser: the pending extraction of ``session_id`` to ride along in its call,
-        if the session belongs to the extraction's user (see ``session_carries``)."""
-        from .session.binding import session_owned_by
-
-        cfg = self.config
-        if not (cfg.session.bind_to_user and cfg.auto.combine_with_summary):
-            return None
-        with self._lock:
-            auto = self._auto
-        if auto is None or auto.closed or self.extraction_model() is not self.light_model():
-            return None
-        return auto.summary_rider(session_id, lambda key: session_owned_by(key.user_id, session_id))
+        """``SummaryRiding.rider``: the pending extraction to ride along in the summary call."""
+        return self.riding.rider(session_id)
 
     def surfaced_tracker(self) -> SurfacedTracker:
         """Which recalled files each session has already seen (Redis-backed when configured)."""
@@ -368,9 +373,6 @@ class MemoryServices:
         _quietly("work executor", lambda: self.work.shutdown(wait=True, cancel_futures=True))
         semantic = self._semantic
         if semantic is not None:  # background embedding rounds need the store: before io and store
-            from .search.place import on_commit
-
-            on_commit(self.store, None)
             _quietly("semantic tier", semantic.close)
         for model in {id(m): m for m in (self._light, self._extraction) if m is not None}.values():
             _quietly("light model", model.close)
@@ -378,13 +380,21 @@ class MemoryServices:
         _quietly("store", self.store.close)
         if self.redis is not None:
             _quietly("redis", self.redis.close)
-        _quietly("lease keeper", LEASES.stop_if_idle)  # process-wide: stops only with no lease held
+        _quietly("lease keeper", self.leases.stop_if_idle)  # after everything that may hold a lease
 
     def __enter__(self) -> MemoryServices:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _search_listener() -> SearchListener:
+    """The search index's commit listener (imported here, not at the top: ``import
+    harness_memory.services`` stays free of numpy until services are built)."""
+    from .search.place import SearchListener
+
+    return SearchListener()
 
 
 def _quietly(what: str, fn: Callable[[], object]) -> None:

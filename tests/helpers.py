@@ -49,7 +49,7 @@ def auto_pods(make_config: Callable[..., MemoryConfig], base_url: str,
                                  "light_timeout": light_timeout},
                           auto={"debounce_seconds": 3600, "max_attempts": 1, **auto})
         services = MemoryServices.from_config(cfg)
-        memory = AutoMemory(services, start_worker=False)
+        memory = services.new_auto_memory(start_worker=False)
         made.append((memory, services))
         return memory
 

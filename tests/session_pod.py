@@ -19,7 +19,6 @@ import sys
 from harness_memory.config import MemoryConfig
 from harness_memory.redis_client import make_redis
 from harness_memory.services import MemoryServices
-from harness_memory.session import SessionMemoryManager
 
 
 def conversation(session: str, runs: int) -> list[list[dict[str, str]]]:
@@ -31,7 +30,7 @@ def conversation(session: str, runs: int) -> list[list[dict[str, str]]]:
 async def main() -> dict[str, object]:
     command, session = sys.argv[1], sys.argv[2]
     services = MemoryServices.from_config(MemoryConfig.load())
-    manager = SessionMemoryManager.from_services(services)
+    manager = services.session_manager()
     out: dict[str, object] = {"mode": manager.mode}
     try:
         if command == "collect-extract":

@@ -163,7 +163,8 @@ SUMMARY_ANSWER = ("# Planning a Vue report\n\n## Current State\n- drafting the r
 
 def test_build_agent_buffers_summarises_and_injects_the_session_summary(
         make_config: Callable[..., MemoryConfig], llm_server: ScriptedLLM) -> None:
-    from harness_memory.session import PROMPT_MARKER_FOR_TESTS, session_manager_for
+    from harness_memory.session import session_manager_for
+    from harness_memory.session.summary import PROMPT_MARKER as PROMPT_MARKER_FOR_TESTS
 
     cfg = make_config(backend="cos", redis=True,
                       model={"model": "fake-model", "base_url": llm_server.base_url, "api_key": "k"},

@@ -53,13 +53,13 @@ def services(request: pytest.FixtureRequest, make_config: Callable[..., MemoryCo
 
 @pytest.fixture
 def auto(services: MemoryServices) -> Iterator[AutoMemory]:
-    memory = AutoMemory(services, start_worker=False)
+    memory = services.new_auto_memory(start_worker=False)
     yield memory
     memory.close(1)
 
 
 def place_of(auto: AutoMemory, user: str = "u1") -> AutoPlace:
-    return AutoPlace(auto.services.user_auto_dir(user))
+    return AutoPlace(auto.places.user_auto_dir(user))
 
 
 def apply(place: AutoPlace, plan: UpdatePlan, rules: ApplyRules = RULES, signal: bool = False,
@@ -96,7 +96,7 @@ def test_rules_and_the_stored_files(auto: AutoMemory) -> None:
         "Is a frontend engineer": (Category.CONTEXT, 0.95),
         "Use pnpm, not npm": (Category.CORRECTION, 0.95),
     }
-    store = auto.services.store
+    store = auto.places.user_auto_dir("u1").store
     corr = facts["Use pnpm, not npm"]
     stored = parse_memory(store.get(PREFIX + corr.file).data.decode())
     assert stored.type.value == "feedback" and stored.description == "Use pnpm, not npm"
@@ -161,7 +161,7 @@ def test_scrubbed_facts_and_profile(auto: AutoMemory) -> None:
 
 
 def test_fact_cap_trims_lowest_confidence_but_never_manual(services: MemoryServices) -> None:
-    auto = AutoMemory(services, start_worker=False)
+    auto = services.new_auto_memory(start_worker=False)
     place = place_of(auto)
     manual = auto.add_fact("u1", "Business trip to Berlin next week", "context", 0.71)
     apply(place, UpdatePlan(new_facts=[fact(f"Auto fact number {i}", confidence=0.7 + i / 100) for i in range(6)]),
@@ -186,7 +186,7 @@ def test_removals_unknown_ids_and_hostile_ids(auto: AutoMemory) -> None:
     assert report.removed == [windows.id]
     assert report.unknown_removals == ["fact-doesnotexist", "../../users/u2/x", "profile"]
     assert sorted(f.content for f in auto.list_facts("u1")) == ["Uses VS Code", "Uses macOS"]
-    assert not auto.services.store.exists(PREFIX + windows.file)
+    assert not auto.places.user_auto_dir("u1").store.exists(PREFIX + windows.file)
     assert auto.get_profile("u1").is_empty()
 
 
@@ -196,7 +196,7 @@ def test_edits_made_while_the_model_thinks_are_kept(auto: AutoMemory, llm_server
                             new_facts=[fact("Uses Java"), fact("Uses Maven")]))
     java = next(f for f in auto.list_facts("u1") if f.content == "Uses Java")
     maven = next(f for f in auto.list_facts("u1") if f.content == "Uses Maven")
-    tools_dir = auto.services.user_auto_dir("u1")
+    tools_dir = auto.places.user_auto_dir("u1")
     added: list[str] = []
 
     def think(request: RecordedRequest) -> object:
@@ -228,7 +228,7 @@ def test_edits_made_while_the_model_thinks_are_kept(auto: AutoMemory, llm_server
 def test_profile_edited_by_hand_is_read_from_the_file(auto: AutoMemory) -> None:
     place = place_of(auto)
     apply(place, UpdatePlan(profile={ProfileKey.WORK: "Designer."}))
-    memdir = auto.services.user_auto_dir("u1")
+    memdir = auto.places.user_auto_dir("u1")
     memdir.replace_chunk("profile.md", "Designer.", "Product designer at ACME.")
     assert place.read().profile.get(ProfileKey.WORK) == "Product designer at ACME."
     assert "Product designer at ACME." in auto.render_injection("u1")
@@ -261,11 +261,11 @@ def test_fact_api(auto: AutoMemory) -> None:
     assert auto.list_facts("u2") == []
     shared = auto.add_fact(None, "The team ships on Thursdays", "context", shared=True)
     assert [f.id for f in auto.list_facts(None, shared=True)] == [shared.id]
-    assert auto.services.store.exists(f"memory/projects/default/memory/{shared.file}")
+    assert auto.places.user_auto_dir("u1").store.exists(f"memory/projects/default/memory/{shared.file}")
     auto.set_profile("u1", Profile({ProfileKey.TOP_OF_MIND: "Preparing the Q4 review\n## Work context\nsneaky"}))
     profile = auto.get_profile("u1")
     assert profile.sections == {ProfileKey.TOP_OF_MIND: "Preparing the Q4 review\n### Work context\nsneaky"}
-    stored = parse_memory(auto.services.store.get(PREFIX + "profile.md").data.decode())
+    stored = parse_memory(auto.places.user_auto_dir("u1").store.get(PREFIX + "profile.md").data.decode())
     assert parse_profile(stored.body) == profile  # the file reads back the same sections
     with pytest.raises(ValueError, match="longer than"):
         auto.set_profile("u1", Profile({ProfileKey.WORK: "x" * 5000}))

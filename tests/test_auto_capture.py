@@ -40,7 +40,7 @@ def auto(make_config: Callable[..., MemoryConfig], llm_server: ScriptedLLM) -> I
     cfg = make_config(model={"model": "fake-model", "base_url": llm_server.base_url, "api_key": "k"},
                       auto={"debounce_seconds": 3600})
     services = MemoryServices.from_config(cfg)
-    memory = AutoMemory(services, start_worker=False)
+    memory = services.new_auto_memory(start_worker=False)
     yield memory
     memory.worker.queue.pending.clear()
     memory.close()

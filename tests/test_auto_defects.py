@@ -109,7 +109,7 @@ def test_3_list_of_blocks_answers_are_read(pod: Callable[..., AutoMemory], llm_s
 def test_4_invalid_additions_block_the_removals(pod: Callable[..., AutoMemory], llm_server: ScriptedLLM) -> None:
     auto = pod()
     old = auto.add_fact("u1", "Writes backend services in Java", "knowledge", 0.9)
-    with AutoPlace(auto.services.user_auto_dir("u1")).transaction() as txn:  # an automatic fact, not manual
+    with AutoPlace(auto.places.user_auto_dir("u1")).transaction() as txn:  # an automatic fact, not manual
         fact = txn.view.facts[old.id]
         fact.source = "auto:s0"
         txn.put_fact(fact)
@@ -132,7 +132,7 @@ def test_4_a_replacement_about_something_else_removes_nothing(pod: Callable[...,
     ids = {}
     for content in ("Has a cat named Miso", "Works on the payments team"):
         old = auto.add_fact("u1", content, "context", 0.9)
-        with AutoPlace(auto.services.user_auto_dir("u1")).transaction() as txn:  # learned, not manual
+        with AutoPlace(auto.places.user_auto_dir("u1")).transaction() as txn:  # learned, not manual
             fact = txn.view.facts[old.id]
             fact.source = "auto:s0"
             txn.put_fact(fact)
@@ -238,6 +238,6 @@ def test_10_flush_says_false_when_batches_were_abandoned(pod: Callable[..., Auto
 def test_10_current_date_carries_the_weekday(pod: Callable[..., AutoMemory]) -> None:
     auto = pod()
     auto.add_fact("u1", "Writes backend services in Go", "knowledge", 0.9)
-    block = render_injection_block(AutoPlace(auto.services.user_auto_dir("u1")).read(), None,
+    block = render_injection_block(AutoPlace(auto.places.user_auto_dir("u1")).read(), None,
                                    today=dt.date(2026, 11, 30))
     assert "<current_date>2026-11-30, Monday</current_date>" in block

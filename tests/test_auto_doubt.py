@@ -23,7 +23,7 @@ def auto(make_config: Callable[..., MemoryConfig], llm_server: ScriptedLLM) -> I
     cfg = make_config(model={"model": "fake-model", "base_url": llm_server.base_url, "api_key": "k"},
                       auto={"debounce_seconds": 3600, "max_attempts": 1})
     services = MemoryServices.from_config(cfg)
-    memory = AutoMemory(services, start_worker=False)
+    memory = services.new_auto_memory(start_worker=False)
     yield memory
     memory.close(1)
     services.close()
@@ -112,7 +112,7 @@ def test_removals_need_a_reason_and_are_capped(auto: AutoMemory, llm_server: Scr
         auto.update_fact("u1", auto.list_facts("u1")[i].id)  # (a person's facts first; made automatic below)
     from harness_memory.auto import AutoPlace
 
-    with AutoPlace(auto.services.user_auto_dir("u1")).transaction() as txn:
+    with AutoPlace(auto.places.user_auto_dir("u1")).transaction() as txn:
         for fact in list(txn.view.facts.values()):
             fact.source = "auto:s0"
             txn.put_fact(fact)

@@ -16,7 +16,7 @@ from agno.agent import Agent
 from agno.db.in_memory import InMemoryDb
 from agno.models.openai.like import OpenAILike
 
-from harness_memory.auto import AutoMemory, Category, attach_auto_memory, auto_memory_for
+from harness_memory.auto import Category, attach_auto_memory, auto_memory_for
 from harness_memory.config import MemoryConfig
 from harness_memory.memdir import parse_memory
 from harness_memory.services import MemoryServices
@@ -57,14 +57,14 @@ def wait_until(cond: Callable[[], bool], timeout: float = 15.0) -> bool:
     return cond()
 
 
-def agent_for(server: ScriptedLLM, auto: AutoMemory, user: str, session: str) -> Agent:
+def agent_for(server: ScriptedLLM, pod: MemoryServices, user: str, session: str) -> Agent:
     """What build_agent does: the caller's agent, then the block and the hook attached."""
     agent = Agent(model=OpenAILike(id="fake-model", base_url=server.base_url, api_key="k"), telemetry=False,
                   user_id=user, session_id=session, db=InMemoryDb(), add_history_to_context=True,
                   tools=[team_calendar], instructions="AGENT-INSTRUCTIONS-MARKER",
                   additional_context="CALLER-CONTEXT")
-    attach_auto_memory(agent, auto.services, user, "default")
-    attach_auto_memory(agent, auto.services, user, "default")  # idempotent: one block, one hook
+    attach_auto_memory(agent, pod, user, "default")
+    attach_auto_memory(agent, pod, user, "default")  # idempotent: one block, one hook
     assert len(agent.post_hooks or []) == 1
     assert str(agent.additional_context).count("<system-reminder>") <= 1
     assert str(agent.additional_context).startswith("CALLER-CONTEXT")
@@ -91,7 +91,7 @@ def test_two_days(backend: str, redis: bool, make_config: Callable[..., MemoryCo
     pod1 = MemoryServices.from_config(cfg)
     auto1 = auto_memory_for(pod1)
     assert auto_memory_for(pod1) is auto1
-    agent = agent_for(llm_server, auto1, "u1", "day1")
+    agent = agent_for(llm_server, pod1, "u1", "day1")
     agent.run("I'm a frontend engineer, I work in TypeScript, and please write reports in Chinese.")
     agent.run("When is the web team's release? Check the calendar.")
     assert wait_until(lambda: any(is_extraction(r) for r in llm_server.chat_requests))
@@ -127,7 +127,7 @@ def test_two_days(backend: str, redis: bool, make_config: Callable[..., MemoryCo
     before = len(llm_server.chat_requests)
     llm_server.set_handler(lambda req: text("好的，这是 Vue 技术报告。") if not is_extraction(req)
                            else text('{"newFacts": []}'))
-    agent_for(llm_server, auto2, "u1", "day2").run("写一份 Vue 相关技术报告")
+    agent_for(llm_server, pod2, "u1", "day2").run("写一份 Vue 相关技术报告")
     [day2] = llm_server.chat_requests[before:]
     system = day2.messages[0]
     assert system["role"] == "system"
@@ -143,7 +143,7 @@ def test_two_days(backend: str, redis: bool, make_config: Callable[..., MemoryCo
     assert day2.messages[-1] == {"role": "user", "content": "写一份 Vue 相关技术报告"}  # not in the user turn
 
     before = len(llm_server.chat_requests)
-    agent_for(llm_server, auto2, "u2", "other").run("写一份 Vue 相关技术报告")
+    agent_for(llm_server, pod2, "u2", "other").run("写一份 Vue 相关技术报告")
     other_system = llm_server.chat_requests[before].messages[0]["content"]
     assert "<system-reminder>" not in other_system
     for leaked in ("frontend engineer", "TypeScript", "Chinese"):
@@ -227,4 +227,4 @@ def test_two_conversations_correction_paraphrase_and_expiry(make_config: Callabl
     assert auto.flush(10)  # the day-2 update reviews the place: the trip is gone from the store too
     assert set(f.content for f in auto.list_facts("u1")) == {"Always install dependencies with pnpm, never npm"}
     tokyo = facts["Flies to Tokyo for a conference"]
-    assert not auto.services.store.exists(PREFIX + tokyo.file)
+    assert not auto.places.user_auto_dir("u1").store.exists(PREFIX + tokyo.file)

@@ -95,7 +95,7 @@ def test_empty_memory_renders_nothing() -> None:
 @pytest.fixture
 def auto(make_config: Callable[..., MemoryConfig]) -> Iterator[AutoMemory]:
     services = MemoryServices.from_config(make_config(backend="cos", auto={"max_injection_tokens": 800}))
-    memory = AutoMemory(services, start_worker=False, today=lambda: TODAY)
+    memory = services.new_auto_memory(start_worker=False, today=lambda: TODAY)
     yield memory
     memory.close(1)
     services.close()
@@ -107,7 +107,7 @@ def test_user_and_shared_places_are_injected_reading_only_manifests(auto: AutoMe
     auto.add_fact("u1", "Use pnpm", "correction", 0.97, source_error="used npm")
     auto.set_profile("u1", Profile({ProfileKey.WORK: "Frontend engineer."}))
     auto.add_fact(None, "The team ships on Thursdays", "context", 0.9, shared=True)
-    store = auto.services.store
+    store = auto.places.user_auto_dir("u1").store
     before = store.request_count
     block = auto.render_injection("u1")
     assert store.request_count - before == 2  # one GET per place: the manifests
@@ -123,13 +123,13 @@ def test_user_and_shared_places_are_injected_reading_only_manifests(auto: AutoMe
 
 def test_disabled_or_broken_store_injects_nothing(make_config: Callable[..., MemoryConfig]) -> None:
     services = MemoryServices.from_config(make_config(auto={"enabled": False}))
-    memory = AutoMemory(services, start_worker=False)
+    memory = services.new_auto_memory(start_worker=False)
     memory.add_fact("u1", "Prefers Vue", "preference", 0.95)
     assert memory.render_injection("u1") == ""
     memory.close(1)
     services.close()
     live = MemoryServices.from_config(make_config())
-    working = AutoMemory(live, start_worker=False)
+    working = live.new_auto_memory(start_worker=False)
     live.store.put("memory/users/u1/projects/default/memory/.manifest.json", b"{not json")
     assert working.render_injection("u1") == ""  # damaged manifest: logged, nothing injected, no raise
     working.close(1)

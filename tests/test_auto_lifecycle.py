@@ -37,7 +37,7 @@ def auto(make_config: Callable[..., MemoryConfig], llm_server: ScriptedLLM) -> I
                       auto={"debounce_seconds": 3600, "max_attempts": 1})
     services = MemoryServices.from_config(cfg)
     day = [TODAY]
-    memory = AutoMemory(services, start_worker=False, today=lambda: day[0])
+    memory = services.new_auto_memory(start_worker=False, today=lambda: day[0])
     memory.day = day  # type: ignore[attr-defined]  # the test moves the calendar
     yield memory
     memory.close(1)
@@ -49,7 +49,7 @@ RULES = ApplyRules()
 
 def apply(auto: AutoMemory, plan: UpdatePlan, *signals: str, user: tuple[str, ...] = (),
           rules: ApplyRules = RULES) -> ApplyReport:
-    place = AutoPlace(auto.services.user_auto_dir("u1"))
+    place = AutoPlace(auto.places.user_auto_dir("u1"))
     snapshot = place.read()
     ctx = ApplyContext(signals=Signals.of(*signals), conversation=Conversation.of(user, ()), today=TODAY,
                        source="auto:s1")
@@ -140,7 +140,7 @@ def test_expired_facts_are_not_injected_and_the_review_drops_them(auto: AutoMemo
     assert "Business trip to Berlin next week" in facts(auto)  # not injected, still stored until a review
     assert auto.review("u1") == [trip.id]
     assert set(facts(auto)) == {"Is a backend engineer"}
-    assert not auto.services.store.exists(f"memory/users/u1/projects/default/memory/{trip.file}")
+    assert not auto.places.user_auto_dir("u1").store.exists(f"memory/users/u1/projects/default/memory/{trip.file}")
 
 
 # -- eviction -------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness_memory.auto import AutoMemory, SignalPatterns, Signals, capture_messages, default_patterns
+from harness_memory.auto import SignalPatterns, Signals, capture_messages, default_patterns
 from harness_memory.auto.signals import BUNDLED, SIGNALS
 from harness_memory.config import MemoryConfig
 from harness_memory.services import MemoryServices
@@ -91,7 +91,7 @@ def test_a_deployment_adds_patterns_and_signals(tmp_path: Path, make_config: Cal
     cfg = make_config(model={"model": "fake-model", "base_url": llm_server.base_url, "api_key": "k"},
                       auto={"debounce_seconds": 3600, "patterns_dir": str(tmp_path)})
     services = MemoryServices.from_config(cfg)
-    auto = AutoMemory(services, start_worker=False)
+    auto = services.new_auto_memory(start_worker=False)
     llm_server.script(text(json.dumps({"newFacts": []})))
     auto.capture("u1", "s1", [{"role": "user", "content": "I'm allergic to peanuts."},
                               {"role": "assistant", "content": "Noted."}])

@@ -164,8 +164,8 @@ def test_failed_extraction_changes_nothing(pod: Callable[..., AutoMemory], llm_s
                                           answer: object) -> None:
     auto = pod()
     auto.add_fact("u1", "Existing fact", "context", 0.9)
-    place = AutoPlace(auto.services.user_auto_dir("u1"))
-    store = auto.services.store
+    place = AutoPlace(auto.places.user_auto_dir("u1"))
+    store = auto.places.user_auto_dir("u1").store
     before = {i.key: store.get(i.key).data for i in store.list(place.dir.place.prefix)}
     llm_server.script(answer)  # type: ignore[arg-type]
     auto.capture("u1", "s1", turn("I am a data scientist", "Nice.", "r1"))
@@ -195,7 +195,7 @@ def test_auto_model_setting_and_no_model(pod: Callable[..., AutoMemory], llm_ser
     assert auto.flush(10)
     assert llm_server.chat_requests[0].model == "extractor-1"
     services = MemoryServices.from_config(make_config())  # no model configured at all
-    bare = AutoMemory(services, start_worker=False)
+    bare = services.new_auto_memory(start_worker=False)
     assert bare.capture("u2", "s1", turn("hello", "hi", "r1")) == 2
     assert bare.worker.pending_count() == 0  # nothing queued that could never be processed
     assert bare.flush(5) and not bare.results
@@ -220,5 +220,5 @@ def test_conversation_is_bounded_and_user_words_win() -> None:
 def test_batch_without_user_messages_is_skipped(pod: Callable[..., AutoMemory], llm_server: ScriptedLLM) -> None:
     auto = pod()
     batch = Batch(QueueKey("u1", "default", "s1"), [CapturedMessage("assistant", "Hello!", "k1")], Signals(), 0, 0)
-    result = auto.updater.run(AutoPlace(auto.services.user_auto_dir("u1")), batch)
+    result = auto.updater.run(AutoPlace(auto.places.user_auto_dir("u1")), batch)
     assert result.status is UpdateStatus.SKIPPED and llm_server.chat_requests == []

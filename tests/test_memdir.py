@@ -19,6 +19,7 @@ from harness_memory.memdir import (
     parse_memory,
     render_index,
 )
+from harness_memory.memdir.stored import manifest_from_bytes
 from harness_memory.storage.base import ObjectStore
 
 
@@ -85,7 +86,7 @@ def test_cap_index_by_lines_and_bytes() -> None:
 
 def test_manifest_damaged_is_clear() -> None:
     with pytest.raises(MemoryFormatError, match="reindex"):
-        Manifest.from_bytes(b"{not json")
+        manifest_from_bytes(b"{not json")
 
 
 # -- a place on both backends ----------------------------------------------------------------

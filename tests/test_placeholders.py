@@ -91,6 +91,14 @@ def test_prompt_shows_a_concrete_example_introduced_as_one(cfg: MemoryConfig, ll
     assert "The memory itself, in markdown" not in system
 
 
+def test_the_format_holds_the_extraction_examples_as_data() -> None:
+    """``examples.EXTRACTION_EXAMPLES`` is a copy of the prompt's example texts (the format below
+    must not import the prompt): editing one without the other fails here."""
+    from harness_memory.examples import EXTRACTION_EXAMPLES
+
+    assert set(example_texts()) == set(EXTRACTION_EXAMPLES)
+
+
 def test_one_registry_covers_every_example_and_real_text_passes() -> None:
     for example in [EXAMPLE_DESCRIPTION, EXAMPLE_BODY, DESCRIPTION_HINT, *example_texts(),
                     "what the assistant did wrong", "I am a frontend engineer"]:

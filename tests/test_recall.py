@@ -24,14 +24,13 @@ from harness_memory.memdir import Manifest, ManifestEntry, MemoryDir
 from harness_memory.recall import (
     SurfacedTracker,
     find_relevant_memories,
-    lexical_rank,
-    load_recalled_context,
     make_recall_pre_hook,
     recall_for_query,
-    staleness_note,
-    surfaced_tracker,
     tokenize,
 )
+from harness_memory.recall.context import load_recalled_context, staleness_note
+from harness_memory.recall.lexical import lexical_rank
+from harness_memory.recall.service import surfaced_tracker
 from harness_memory.services import MemoryServices
 from harness_memory.storage import LocalStore
 from tests.fakellm import ScriptedLLM, delay, error, raw, text

@@ -24,7 +24,8 @@ from harness_memory.redis_client import (
     target_for,
 )
 from harness_memory.services import MemoryServices
-from harness_memory.session import BufferedMessage, SessionBuffer
+from harness_memory.session import BufferedMessage
+from harness_memory.session.buffer import SessionBuffer
 from tests.redis_topologies import ClusterRedis, TLSRedis
 from tests.servers import free_ports
 

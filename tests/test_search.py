@@ -348,10 +348,11 @@ def test_a_failing_index_write_never_fails_the_save(local_store: Any) -> None:
     from harness_memory.layout import Place
     from harness_memory.memdir import MemoryDir
     from harness_memory.recall.ranking import PlaceRanker, places_for
+    from harness_memory.search import place as search_place
     from tests.faults import FaultyStore, on
 
     faulty = FaultyStore(local_store)
-    own = MemoryDir(faulty, Place.user_agent("u1"))
+    own = MemoryDir(faulty, Place.user_agent("u1"), listeners=(search_place.SearchListener(),))
     faulty.fail(on("put", ".search-index.bin"))
     result = own.save("hobby.md", NOTES["hobby.md"])  # the memory is committed; only the index write failed
     assert result.created and "hobby.md" in own.manifest().entries

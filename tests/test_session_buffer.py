@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 import redis
 
-from harness_memory.session import BufferedMessage, CommitOutcome, SessionBuffer
+from harness_memory.session import BufferedMessage
+from harness_memory.session.buffer import SessionBuffer
+from harness_memory.session.records import CommitOutcome
 from tests.redis_topologies import TOPOLOGIES, Topology, topology_settings
 from tests.servers import RedisServer
 

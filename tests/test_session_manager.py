@@ -21,17 +21,21 @@ from harness_memory.session import (
     ExtractStatus,
     SessionMemoryManager,
     SessionState,
-    SummaryDoc,
-    SummaryRejected,
-    extraction_due,
     inject_session_summary,
     inject_summary_for_session,
     inject_summary_for_session_sync,
-    parse_summary,
-    render_summary,
     strip_session_summary,
 )
-from harness_memory.session.summary import PROMPT_MARKER, SECTION_KEYS, parse_stored
+from harness_memory.session.extract import extraction_due
+from harness_memory.session.summary import (
+    PROMPT_MARKER,
+    SECTION_KEYS,
+    SummaryDoc,
+    SummaryRejected,
+    parse_stored,
+    parse_summary,
+    render_summary,
+)
 from tests.fakellm import ScriptedLLM, delay, error, raw, text
 
 from .helpers import child_env, spawn, write_config
@@ -59,7 +63,7 @@ def managers() -> Iterator[Callable[[MemoryConfig], SessionMemoryManager]]:
 
     def make(cfg: MemoryConfig) -> SessionMemoryManager:
         services = MemoryServices.from_config(cfg)
-        manager = SessionMemoryManager.from_services(services)
+        manager = services.session_manager()
         made.append((manager, services))
         return manager
 

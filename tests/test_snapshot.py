@@ -17,6 +17,7 @@ import pytest
 from harness_memory.config import MemoryConfig
 from harness_memory.layout import SEARCH_DELTA_FILE, SEARCH_INDEX_FILE, SNAPSHOT_SYNC_FILE
 from harness_memory.memdir import Manifest, parse_index
+from harness_memory.memdir.stored import manifest_from_bytes
 from harness_memory.services import MemoryServices
 from harness_memory.snapshot import (
     META_KEY,
@@ -114,7 +115,7 @@ def test_four_transitions_and_update_after_initialisation(services_for: Callable
     assert set(manifest.entries) == set(V1)
     for file, text in V1.items():
         assert stored_text(svc, "u1", file) == text
-    stored = Manifest.from_bytes(svc.store.get(own.manifest_key).data)
+    stored = manifest_from_bytes(svc.store.get(own.manifest_key).data)
     assert set(stored.entries) == set(V1)
     assert stored.entries["reference_wiki.md"].description == "Where the team wiki lives"
     assert {f for _, f, _ in parse_index(svc.store.get(own.index_key).data.decode())} == set(V1)

@@ -21,7 +21,7 @@ from harness_memory.errors import StorageUnavailable
 from harness_memory.locks import RedisLocker
 from harness_memory.memdir import MemoryDir
 from harness_memory.services import MemoryServices
-from harness_memory.session import ExtractStatus, SessionMemoryManager
+from harness_memory.session import ExtractStatus
 from harness_memory.tools import MemoryTools
 from tests.fakellm import ScriptedLLM, delay, text
 from tests.faults import MANIFEST_WRITE, FaultyStore, on
@@ -432,7 +432,7 @@ def test_a_summary_slower_than_the_session_lock_ttl_is_stored(make_config: Calla
     cfg = make_config("cos", redis=True, model=model, session=session)
     pods = [MemoryServices.from_config(cfg) for _ in range(2)]
     try:
-        first, second = (SessionMemoryManager.from_services(p) for p in pods)
+        first, second = (p.session_manager() for p in pods)
         first.summariser.cfg = first.summariser.cfg.model_copy(update={"lock_ttl_seconds": 1})  # below the minimum
         for i in range(3):
             first.collect_messages_sync("slow", [{"role": "user", "content": f"turn {i}: " + "read build.log " * 8},

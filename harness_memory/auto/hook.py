@@ -7,13 +7,20 @@ raises out of it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from concurrent.futures import Executor
+from typing import Protocol
 
 from ..hooks import HookCall, MemoryHook
 from ..layout import validate_id
 
-if TYPE_CHECKING:
-    from .service import AutoMemory
+
+class Capturing(Protocol):
+    """What the hook uses of auto memory (``AutoMemory`` is one; a Protocol, so this module does
+    not import the service that imports it)."""
+
+    executor: Executor
+
+    def capture_hook_call(self, agent_type: str, call: HookCall) -> None: ...
 
 
 class AutoMemoryHook(MemoryHook):
@@ -21,8 +28,8 @@ class AutoMemoryHook(MemoryHook):
 
     what = "auto-memory capture"
 
-    def __init__(self, auto: AutoMemory, agent_type: str = "default") -> None:
-        super().__init__(auto.services.work)
+    def __init__(self, auto: Capturing, agent_type: str = "default") -> None:
+        super().__init__(auto.executor)
         self.auto = auto
         self.agent_type = validate_id(agent_type, "agent type")
 

@@ -95,16 +95,16 @@ def render_injection_block(user: AutoView | None, shared: AutoView | None, *, ma
     """The ``<system-reminder>`` block, or '' when neither place holds anything (or nothing fits)."""
     today = today or dt.date.today()
     views = [(v, scope) for v, scope in ((user, "user"), (shared, "shared")) if v is not None]
-    live = {id(v): [f for f in v.facts.values() if not is_expired(f, today)] for v, _ in views}
-    if not any(live[id(v)] or not v.profile.is_empty() for v, _ in views):
+    live = [[f for f in v.facts.values() if not is_expired(f, today)] for v, _ in views]  # a list per view
+    if not any(facts or not v.profile.is_empty() for facts, (v, _) in zip(live, views, strict=True)):
         return ""
     frame = [OPEN, INTRO, MEMORY_CLOSE, date_line(today), CLOSE]
     budget = _Budget(max_tokens - sum(count_tokens(x) + 1 for x in frame))
 
     corrections: list[tuple[Fact, str]] = []
     others: list[tuple[Fact, str]] = []
-    for view, scope in views:
-        for fact in live[id(view)]:  # a fact past its last day is never shown
+    for facts, (_view, scope) in zip(live, views, strict=True):
+        for fact in facts:  # a fact past its last day is never shown
             (corrections if fact.category is Category.CORRECTION else others).append((fact, scope))
     rank = {id(f): i for i, f in enumerate(_ranked([f for f, _ in corrections + others]))}
     corrections.sort(key=lambda p: rank[id(p[0])])

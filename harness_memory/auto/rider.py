@@ -15,12 +15,24 @@ The summariser only ever sees this object's ``system``, ``user``, ``max_tokens``
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from .updater import Prepared, UpdateResult, UpdateStatus
 
 if TYPE_CHECKING:
-    from .service import AutoMemory
+    from ..config import AutoConfig
+    from .queue import QueueWorker
+    from .updater import Updater
+
+
+class RiderOwner(Protocol):
+    """What a rider uses of auto memory (``AutoMemory`` is one)."""
+
+    config: AutoConfig
+    updater: Updater
+    worker: QueueWorker
+
+    def record(self, result: UpdateResult) -> None: ...
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +41,7 @@ class SummaryRider:
     """One taken batch, prepared for the model; ``finish`` must be called exactly once (later
     calls are ignored)."""
 
-    def __init__(self, auto: AutoMemory, prepared: Prepared) -> None:
+    def __init__(self, auto: RiderOwner, prepared: Prepared) -> None:
         self._auto = auto
         self.prepared = prepared
         self._done = False

@@ -1,4 +1,5 @@
-"""``AutoMemory``: the post-hook, the background queue, injection and the fact API, per services.
+"""``AutoMemory``: the post-hook, the background queue, injection and the fact API, per services
+(the composition root builds it with what it uses and keeps the one instance).
 
 Why one object per ``MemoryServices``: the queue and its worker threads must be shared by every
 agent built in the process (an app builds one agent per request), and so must the light-model
@@ -22,7 +23,8 @@ import time
 import uuid
 from collections import Counter, deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from concurrent.futures import Executor
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import InvalidName
 from ..layout import validate_id
@@ -43,8 +45,10 @@ from .store import AutoPlace, AutoView
 from .updater import Updater, UpdateResult, UpdateStatus
 
 if TYPE_CHECKING:
+    from ..config import AutoConfig
     from ..hooks import HookCall
-    from ..services import MemoryServices
+    from ..memdir import MemoryDir
+    from ..observe import Telemetry
     from .hook import AutoMemoryHook
 
 log = logging.getLogger(__name__)
@@ -53,14 +57,40 @@ _SKIP_STATUSES = {"error", "cancelled", "ERROR", "CANCELLED"}
 SHARED_VIEW_TTL = 30.0
 
 
-class AutoMemory(FactAPI):
-    """Auto memory for one ``MemoryServices``. Thread-safe; cheap to call from hooks. The fact and
-    profile API (``list_facts``, ``add_fact``, ``clear_facts``, …) comes from ``FactAPI``."""
+class AutoPlaces(Protocol):
+    """Where auto memory lives: the user's and the shared auto place (``MemoryServices`` is one)."""
 
-    def __init__(self, services: MemoryServices, *, clock: Callable[[], float] = time.monotonic,
-                 start_worker: bool = True, today: Callable[[], dt.date] = dt.date.today) -> None:
-        self.services = services
-        self.config = services.config.auto
+    def user_auto_dir(self, user_id: str, project: str | None = None) -> MemoryDir: ...
+
+    def shared_auto_dir(self, project: str | None = None) -> MemoryDir: ...
+
+
+class HasAutoMemory(Protocol):
+    """A composition root holding the process's one ``AutoMemory`` (``MemoryServices`` is one)."""
+
+    def auto_memory(self) -> AutoMemory: ...
+
+
+class AutoMemory(FactAPI):
+    """Auto memory of one composition root. Thread-safe; cheap to call from hooks. The fact and
+    profile API (``list_facts``, ``add_fact``, ``clear_facts``, …) comes from ``FactAPI``.
+
+    Takes exactly what it uses: its config section, its ``places``, the extraction ``model``
+    (a getter: built on first use), ``telemetry``, the ``executor`` its hook runs off an event
+    loop in, and ``carries`` — the summary-rider policy's answer to "does this session's summary
+    carry the extraction?" (``riding.SummaryRiding``; default: never)."""
+
+    def __init__(self, config: AutoConfig, *, places: AutoPlaces, model: Callable[[], LightModel | None],
+                 telemetry: Telemetry, executor: Executor, carries: Callable[[str], bool] = lambda _: False,
+                 clock: Callable[[], float] = time.monotonic, start_worker: bool = True,
+                 today: Callable[[], dt.date] = dt.date.today) -> None:
+        self.config = config
+        self.places = places
+        self.telemetry = telemetry
+        #: Runs the hook's work off an event loop (the root's ``work`` pool).
+        self.executor = executor
+        self._model = model
+        self._carries = carries
         self._today = today
         cfg = self.config
         policy = QueuePolicy(debounce_seconds=cfg.debounce_seconds, max_wait_seconds=cfg.max_wait_seconds,
@@ -84,7 +114,7 @@ class AutoMemory(FactAPI):
         self._shared_cache: tuple[float, AutoView] | None = None
         self._metrics_seen = QueueStats()
         self._metrics_lock = threading.Lock()
-        services.telemetry.add_refresher(self._sync_queue_metrics)
+        telemetry.add_refresher(self._sync_queue_metrics)
 
     # -- write path -----------------------------------------------------------------------------
     def make_post_hook(self, agent_type: str = "default") -> AutoMemoryHook:
@@ -122,7 +152,7 @@ class AutoMemory(FactAPI):
         self._closed = True
         self.worker.close(self.config.shutdown_flush_seconds if timeout is None else timeout)
         self._sync_queue_metrics()
-        self.services.telemetry.remove_refresher(self._sync_queue_metrics)
+        self.telemetry.remove_refresher(self._sync_queue_metrics)
 
     def forget_user(self, user_id: str) -> int:
         """Drop the user's queued updates so a "forget everything" is not undone a moment later
@@ -144,7 +174,7 @@ class AutoMemory(FactAPI):
         shared_view: AutoView | None = None
         try:
             if user_id:
-                user_view = AutoPlace(self.services.user_auto_dir(user_id)).read()
+                user_view = AutoPlace(self.places.user_auto_dir(user_id)).read()
         except InvalidName:
             raise
         except Exception as exc:
@@ -163,7 +193,7 @@ class AutoMemory(FactAPI):
         if self._shared_cache is not None and self._shared_cache[0] > now:
             return self._shared_cache[1]
         try:
-            view = AutoPlace(self.services.shared_auto_dir()).read()
+            view = AutoPlace(self.places.shared_auto_dir()).read()
         except Exception as exc:
             log.warning("shared auto memory unavailable (%s); not injected", exc)
             return self._shared_cache[1] if self._shared_cache else None
@@ -174,10 +204,10 @@ class AutoMemory(FactAPI):
     def _place(self, user_id: str | None, shared: bool) -> AutoPlace:
         if shared:
             self._shared_cache = None  # a fact-API call on the shared place: re-read on the next build
-            return AutoPlace(self.services.shared_auto_dir())
+            return AutoPlace(self.places.shared_auto_dir())
         if not user_id:
             raise InvalidName("user id is required for a user's auto memory (or pass shared=True)")
-        return AutoPlace(self.services.user_auto_dir(user_id))
+        return AutoPlace(self.places.user_auto_dir(user_id))
 
     @property
     def max_facts(self) -> int:  # type: ignore[override]
@@ -188,7 +218,7 @@ class AutoMemory(FactAPI):
 
     def _light_model(self) -> LightModel | None:
         """The extraction model: ``auto.model`` on the light model's server, else the light model."""
-        return self.services.extraction_model()
+        return self._model()
 
     def capture_hook_call(self, agent_type: str, call: HookCall) -> None:
         """What the post-hook does with one finished run (skips errored and cancelled runs)."""
@@ -220,12 +250,12 @@ class AutoMemory(FactAPI):
         messages = self.patterns.drop_trivial(messages)
         if not any(m.role == "user" for m in messages):
             return  # acknowledgements only ("好的", "ok"): nothing to learn, no model call
-        carried = self.services.session_carries(session_id)
+        carried = self._carries(session_id)
         self.worker.submit(key, messages, self.patterns.detect(messages), carried=carried)
 
     def _process(self, batch: Batch) -> bool:
-        place = AutoPlace(self.services.user_auto_dir(batch.key.user_id))
-        telemetry = self.services.telemetry
+        place = AutoPlace(self.places.user_auto_dir(batch.key.user_id))
+        telemetry = self.telemetry
         with telemetry.extraction(batch.key.user_id, batch.key.session_id) as op:
             result = self.updater.run(place, batch)
             op.outcome = _outcome(result)
@@ -244,7 +274,7 @@ class AutoMemory(FactAPI):
         if batch is None:
             return None
         try:
-            prepared = self.updater.prepare(AutoPlace(self.services.user_auto_dir(batch.key.user_id)), batch)
+            prepared = self.updater.prepare(AutoPlace(self.places.user_auto_dir(batch.key.user_id)), batch)
         except Exception as exc:  # the store failed: the batch goes back to the queue
             log.warning("auto memory: could not prepare %s for the session summary call (%s)", batch.key, exc)
             self.worker.finish(batch, False)
@@ -261,7 +291,7 @@ class AutoMemory(FactAPI):
         if result.report is not None:
             r = result.report
             refused = sum(r.rejected.values()) - r.dropped_low_confidence - r.dropped_scrubbed
-            self.services.telemetry.auto_facts({
+            self.telemetry.auto_facts({
                 "added": len(r.added), "merged": len(r.refreshed) + len(r.merged), "removed": len(r.removed),
                 "expired": len(r.expired), "trimmed": len(r.trimmed),
                 "dropped_low_confidence": r.dropped_low_confidence, "dropped_scrubbed": r.dropped_scrubbed,
@@ -272,13 +302,13 @@ class AutoMemory(FactAPI):
         """Bring the queue metrics up to date: the depth, and the queue's counters since last time
         (read from ``QueueStats``, so the queue itself needs no telemetry). Called after each batch
         and before each exposition — not on capture, which is on the user's run."""
-        if self.services.telemetry.metrics is None:
+        if self.telemetry.metrics is None:
             return
         with self._metrics_lock:
             now = dataclasses.replace(self.worker.stats)
             seen, self._metrics_seen = self._metrics_seen, now
         delta = {f.name: getattr(now, f.name) - getattr(seen, f.name) for f in dataclasses.fields(now)}
-        self.services.telemetry.auto_queue(self.worker.pending_count(), delta)
+        self.telemetry.auto_queue(self.worker.pending_count(), delta)
 
     def _count_rejections(self, report: ApplyReport) -> None:
         with self._guard:
@@ -295,7 +325,7 @@ def _outcome(result: UpdateResult) -> str:
 _OLD_BLOCK = re.compile(r"\n*<system-reminder>\n" + re.escape(INTRO) + r".*?</system-reminder>\n?", re.DOTALL)
 
 
-def attach_auto_memory(agent: Any, services: MemoryServices, user_id: str, agent_type: str = "default",
+def attach_auto_memory(agent: Any, services: HasAutoMemory, user_id: str, agent_type: str = "default",
                        *, block: str | None = None) -> str:
     """Wire auto memory into an agno ``Agent``: the reminder block appended to
     ``additional_context`` and the post-hook appended to ``post_hooks``. Idempotent (a second call
@@ -320,6 +350,6 @@ def attach_auto_memory(agent: Any, services: MemoryServices, user_id: str, agent
     return block
 
 
-def auto_memory_for(services: MemoryServices) -> AutoMemory:
+def auto_memory_for(services: HasAutoMemory) -> AutoMemory:
     """The one ``AutoMemory`` of ``services`` (``services.auto_memory()``, created on first use)."""
     return services.auto_memory()

@@ -20,7 +20,7 @@ import logging
 import random
 import time
 import unicodedata
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
@@ -54,6 +54,7 @@ from .index import (
     render_index,
 )
 from .model import MemoryFile, parse_memory, utf8_size
+from .port import CommitListener, announce
 from .txn import ABSENT, PlaceTxn, SaveResult, TxnResult
 
 log = logging.getLogger(__name__)
@@ -78,13 +79,17 @@ class MemoryDir:
     """Memory files of one place, bound to a store, a locker and the size limits."""
 
     def __init__(self, store: ObjectStore, place: Place, *, locker: Locker | None = None,
-                 limits: LimitsConfig | None = None, executor: Executor | None = None) -> None:
+                 limits: LimitsConfig | None = None, executor: Executor | None = None,
+                 listeners: Iterable[CommitListener] = ()) -> None:
         self.store = store
         self.place = place
         self.limits = limits or LimitsConfig()
         #: Runs a transaction's file reads and writes concurrently (the services' ``io`` pool).
         self.executor = executor
         self.locker = locker or LocalLocker(ttl=self.limits.lock_ttl_seconds, wait=self.limits.lock_wait_seconds)
+        #: Told about every commit that changed memory files (``port.py``): the search index, the
+        #: semantic tier. The composition root gives them; a bare ``MemoryDir`` maintains no index.
+        self.listeners: tuple[CommitListener, ...] = tuple(listeners)
         #: Files the last ``reindex`` could not index: (name, reason).
         self.last_skipped: list[tuple[str, str]] = []
 
@@ -432,8 +437,6 @@ class MemoryDir:
         brought up to date once, after the last round (a holder that dies between rounds leaves
         them behind until the next commit, which renders them again). Never fails our own,
         committed save; our caller waits for these rounds."""
-        from ..search.place import after_commit
-
         manifest, written = last.manifest, {}
         since = manifest.updated_at  # our own commit left the pod's search cache at this version
         try:
@@ -458,7 +461,12 @@ class MemoryDir:
             log.info("group commit on %s: a further round stopped (%s)", self.place.label, exc)
         if written:
             self.put_index(manifest)
-            after_commit(self, manifest, written, [], False, since)
+            self.announce(manifest, written, [], False, since)
+
+    def announce(self, manifest: Manifest, written: Mapping[str, MemoryFile], removed: Sequence[str],
+                 cleared: bool, since: float | None) -> None:
+        """Tell the commit listeners (``port.py``) about a commit of this place; never raises."""
+        announce(self, manifest, written, removed, cleared, since)
 
     def save_memory(self, file: str, memory: MemoryFile) -> SaveResult:
         return self.save(file, memory.render())
@@ -557,9 +565,7 @@ class MemoryDir:
         A file that cannot be indexed (bad frontmatter, unreadable) is skipped and reported in
         ``last_skipped``; it never fails the place. An object whose name is not NFC-normalised
         (copied from a Mac) is moved to its NFC name, the only name the tools can address. The
-        search index is rebuilt from the same reads, still under the place lock."""
-        from ..search.place import rebuild as rebuild_search
-
+        search index is rebuilt from the same reads (by the listeners), still under the place lock."""
         skipped: list[tuple[str, str]] = []
         with self._transaction(repair=True) as txn:
             old = txn.manifest
@@ -604,7 +610,8 @@ class MemoryDir:
             txn.mutate(lambda m: (m.entries.clear(), m.entries.update(fresh)))
             txn.compact()
             manifest = txn.commit().manifest
-            rebuild_search(self, manifest, memories)  # still under the place lock
+            for listener in self.listeners:  # still under the place lock
+                listener.rebuilt(self, manifest, memories)
             keep = {stored.base_name(g) for g in (manifest.base, manifest.prev_base) if g}
             for name in bases:  # left by commits that failed after writing their base
                 if name not in keep:

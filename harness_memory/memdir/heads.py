@@ -30,6 +30,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..storage.caches import PerStore
+
 if TYPE_CHECKING:
     from ..storage.base import ObjectStore
     from .index import Manifest
@@ -48,7 +50,8 @@ class _Held:
     files: dict[str, str] = field(default_factory=dict)
 
 
-_heads: OrderedDict[tuple[int, str], _Held] = OrderedDict()
+#: Per store (dies with it), place prefix -> the head this pod committed there last.
+_heads: PerStore[OrderedDict[str, _Held]] = PerStore(OrderedDict)
 _lock = threading.Lock()
 
 
@@ -65,10 +68,11 @@ def remember(store: ObjectStore, prefix: str, manifest: Manifest, etag: str, fil
     """``manifest`` (committed by this pod as head ``etag`` on top of head ``since``, every write
     of it landed) and the etags of the files it wrote or read. The file etags known under
     ``since`` carry over (the commit changed only its own files). Keeps a private copy."""
-    key = (id(store), prefix)
+    key = prefix
     held = _Held(private_copy(manifest), etag)
+    places = _heads.of(store)
     with _lock:
-        previous = _heads.get(key)
+        previous = places.get(key)
         if previous is not None and since is not None and previous.etag == since:
             held.files = previous.files
         for file in gone:
@@ -76,22 +80,23 @@ def remember(store: ObjectStore, prefix: str, manifest: Manifest, etag: str, fil
         held.files.update(files)
         while len(held.files) > FILES_PER_PLACE:
             held.files.pop(next(iter(held.files)))
-        _heads[key] = held
-        _heads.move_to_end(key)
-        while len(_heads) > 1 and (len(_heads) > CACHE_PLACES or
-                                   sum(len(h.manifest.entries) for h in _heads.values()) > CACHE_ENTRIES):
-            _heads.popitem(last=False)
+        places[key] = held
+        places.move_to_end(key)
+        while len(places) > 1 and (len(places) > CACHE_PLACES or
+                                   sum(len(h.manifest.entries) for h in places.values()) > CACHE_ENTRIES):
+            places.popitem(last=False)
 
 
 def recall(store: ObjectStore, prefix: str, etag: str) -> tuple[Manifest, dict[str, str]] | None:
     """A private copy of the head this pod remembers for the place when it is head ``etag``, and
     the file etags known under it; None otherwise."""
-    key = (id(store), prefix)
+    key = prefix
+    places = _heads.of(store)
     with _lock:
-        held = _heads.get(key)
+        held = places.get(key)
         if held is None or held.etag != etag:
             return None
-        _heads.move_to_end(key)
+        places.move_to_end(key)
         files = dict(held.files)
         manifest = held.manifest
     out = private_copy(manifest)
@@ -105,19 +110,18 @@ def lists(store: ObjectStore, prefix: str, file: str) -> bool | None:
     head did not list (the commit still checks the head it reads, and reads a file that head
     lists after all)."""
     with _lock:
-        held = _heads.get((id(store), prefix))
+        held = _heads.of(store).get(prefix)
         return None if held is None else file in held.manifest.entries
 
 
 def forget(store: ObjectStore, prefix: str) -> None:
     with _lock:
-        _heads.pop((id(store), prefix), None)
+        _heads.of(store).pop(prefix, None)
 
 
 def clear() -> None:
     """Forget every head (benchmarks measure cold transactions; tests start clean)."""
-    with _lock:
-        _heads.clear()
+    _heads.clear()
 
 
 __all__ = ["clear", "forget", "lists", "private_copy", "recall", "remember"]

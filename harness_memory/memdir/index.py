@@ -26,7 +26,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import MemoryFormatError
 from .model import MemoryFile, MemoryType, clean_line
 from .redo import Redo
 
@@ -164,18 +163,6 @@ class Manifest:
             payload["redo"] = self.redo.to_json(inline=self.redo.object is None)
         return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
-    @classmethod
-    def from_bytes(cls, data: bytes) -> Manifest:
-        """A manifest whose entries are all in ``data`` (version 1, or an inline version-2 head).
-        A head that stands on a base is read with ``stored.load``; here it is refused."""
-        from .stored import parse_head
-
-        head = parse_head(data)
-        if head.base is not None:
-            raise MemoryFormatError("this manifest keeps its entries in a base object; load it with its place")
-        return head.manifest
-
-
 def entry_from_dict(raw: dict[str, Any]) -> ManifestEntry:
     """One entry of the inline (dict) form. Positional, not ``**{k: raw[k] for k in __slots__}``:
     ~30% faster on a 1,000-entry manifest. Missing required keys still raise KeyError."""
@@ -226,7 +213,7 @@ def index_lines(manifest: Manifest, title: str = "Memory index") -> Iterator[str
 
 
 _LINES_CACHE = 16
-_lines: OrderedDict[int, tuple[list[str], dict[str, str]]] = OrderedDict()
+_lines: OrderedDict[str, tuple[list[str], dict[str, str]]] = OrderedDict()  # by base generation
 _lines_lock = threading.Lock()
 
 
@@ -237,16 +224,16 @@ def _base_lines(manifest: Manifest) -> dict[str, str] | None:
     if files is None or len(files) < 256:
         return None
     with _lines_lock:
-        hit = _lines.get(id(files))
-        if hit is not None and hit[0] is files:
-            _lines.move_to_end(id(files))
+        hit = _lines.get(manifest.base or "")
+        if hit is not None and hit[0] is files:  # the very list: not another store's base of that name
+            _lines.move_to_end(manifest.base or "")
             return hit[1]
     entries = manifest.entries
     delta = manifest.delta
     # only entries unchanged since the base are the base's own: the others are rendered per call
     rendered = {f: index_line(entries[f]) for f in files if f in entries and f not in delta}
     with _lines_lock:
-        _lines[id(files)] = (files, rendered)
+        _lines[manifest.base or ""] = (files, rendered)
         while len(_lines) > _LINES_CACHE:
             _lines.popitem(last=False)
     return rendered

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import StorageError
 
 if TYPE_CHECKING:
-    from .directory import MemoryDir
+    from .port import PlaceDir
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ class Intent:
                    None if base is None else str(base))
 
 
-def load(memdir: MemoryDir) -> Intent | None:
+def load(memdir: PlaceDir) -> Intent | None:
     """The place's intent record; None when absent or unreadable (logged: it cannot be acted on)."""
     obj = memdir.store.get_or_none(memdir.intent_key)
     if obj is None:
@@ -88,7 +88,7 @@ def load(memdir: MemoryDir) -> Intent | None:
         return None
 
 
-def resolve(memdir: MemoryDir, intent: Intent | None, committed_txid: object, manifest_etag: str | None, *,
+def resolve(memdir: PlaceDir, intent: Intent | None, committed_txid: object, manifest_etag: str | None, *,
             exclusive: bool, fence: int, min_age: float) -> bool:
     """Undo ``intent`` if its commit never happened; True when something was put back.
 

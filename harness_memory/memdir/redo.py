@@ -47,16 +47,26 @@ from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import PreconditionFailed, StorageError, WriteConflict
 from ..observe import wrap_context
+from ..storage.caches import PerStore
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from ..storage.base import ObjectStore, StoredObject
-    from .index import Manifest
 
 log = logging.getLogger(__name__)
+
+
+class HeadView(Protocol):
+    """What a completion reads of the place's current head (``index.Manifest`` is one): a
+    Protocol, because the manifest's module imports this one."""
+
+    txn: str
+    entries: Mapping[str, Any]
 
 #: A record rides whole in the head while its texts take at most this many bytes together and it
 #: names at most ``INLINE_FILES`` files; a bigger one (an import, a snapshot) is written to
@@ -156,24 +166,24 @@ def parse_object(data: bytes, txid: str) -> Redo:
 
 
 # -- which commits are known complete ---------------------------------------------------------
-#: (store, place prefix) -> the last txid this pod knows to be complete there.
-_done: OrderedDict[tuple[int, str], str] = OrderedDict()
+#: Per store (dies with it): place prefix -> the last txid this pod knows to be complete there.
+_done: PerStore[OrderedDict[str, str]] = PerStore(OrderedDict)
 _done_lock = threading.Lock()
 _DONE_PLACES = 4096
 
 
 def note_done(store: ObjectStore, prefix: str, txid: str) -> None:
-    key = (id(store), prefix)
+    done = _done.of(store)
     with _done_lock:
-        _done[key] = txid
-        _done.move_to_end(key)
-        while len(_done) > _DONE_PLACES:
-            _done.popitem(last=False)
+        done[prefix] = txid
+        done.move_to_end(prefix)
+        while len(done) > _DONE_PLACES:
+            done.popitem(last=False)
 
 
 def known_done(store: ObjectStore, prefix: str, txid: str) -> bool:
     with _done_lock:
-        return _done.get((id(store), prefix)) == txid
+        return _done.of(store).get(prefix) == txid
 
 
 # -- completing a redo -------------------------------------------------------------------------
@@ -191,7 +201,7 @@ class Completion:
 
 def complete(store: ObjectStore, prefix: str, redo: Redo, *, executor: Executor | None = None,
              check: Callable[[], None] = lambda: None, label: str = "", running: bool = False,
-             load_head: Callable[[], Manifest] | None = None) -> Completion:
+             load_head: Callable[[], HeadView] | None = None) -> Completion:
     """Finish ``redo``, the record of the head the caller loaded: every file it writes holds its
     new bytes, every file it removes is gone. A file already holding them is left alone; a file
     still at the version the commit replaced (``prior``) is written (conditional on that version,
@@ -292,12 +302,12 @@ class _CurrentHead:
     """The place's current head as ``complete`` needs it: read on demand, once per completion (or
     again when asked ``fresh``), shared by the files completed side by side."""
 
-    def __init__(self, load: Callable[[], Manifest] | None) -> None:
+    def __init__(self, load: Callable[[], HeadView] | None) -> None:
         self._load = load
         self._lock = threading.Lock()
-        self._head: Manifest | None = None
+        self._head: HeadView | None = None
 
-    def get(self, fresh: bool = False) -> Manifest | None:
+    def get(self, fresh: bool = False) -> HeadView | None:
         """None when the caller gave no way to read it (the record is then taken as current)."""
         if self._load is None:
             return None

@@ -29,6 +29,7 @@ import json
 import logging
 import secrets
 import threading
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -150,39 +151,55 @@ def head_bytes(manifest: Manifest) -> bytes:
 
 
 # -- the pod's parsed bases ---------------------------------------------------------------------
-_bases: OrderedDict[tuple[int, str, str], Base] = OrderedDict()
-_held = 0
+class _Bases:
+    """One store's parsed bases, (place prefix, generation) -> base, bounded in bases and entries."""
+
+    def __init__(self) -> None:
+        self.held: OrderedDict[tuple[str, str], Base] = OrderedDict()
+        self.entries = 0
+
+
+#: Per store object, weakly (dies with the store; never keyed by ``id(store)``, which is reused).
+_bases: weakref.WeakKeyDictionary[ObjectStore, _Bases] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
-def _cached(store: ObjectStore, prefix: str, gen: str) -> Base | None:
-    key = (id(store), prefix, gen)
+def _bases_of(store: ObjectStore) -> _Bases:
     with _lock:
-        hit = _bases.get(key)
+        bases = _bases.get(store)
+        if bases is None:
+            bases = _bases[store] = _Bases()
+        return bases
+
+
+def _cached(store: ObjectStore, prefix: str, gen: str) -> Base | None:
+    key = (prefix, gen)
+    bases = _bases_of(store)
+    with _lock:
+        hit = bases.held.get(key)
         if hit is not None:
-            _bases.move_to_end(key)
+            bases.held.move_to_end(key)
         return hit
 
 
 def remember(store: ObjectStore, prefix: str, base: Base) -> None:
-    global _held
-    key = (id(store), prefix, base.gen)
+    key = (prefix, base.gen)
+    bases = _bases_of(store)
     with _lock:
-        if key in _bases:
+        held = bases.held
+        if key in held:
             return
-        _bases[key] = base
-        _held += len(base.files)
-        while _bases and (len(_bases) > CACHE_BASES or _held > CACHE_ENTRIES) and len(_bases) > 1:
-            _, old = _bases.popitem(last=False)
-            _held -= len(old.files)
+        held[key] = base
+        bases.entries += len(base.files)
+        while held and (len(held) > CACHE_BASES or bases.entries > CACHE_ENTRIES) and len(held) > 1:
+            _, old = held.popitem(last=False)
+            bases.entries -= len(old.files)
 
 
 def clear_cache() -> None:
     """Forget every parsed base (benchmarks measure cold loads)."""
-    global _held
     with _lock:
         _bases.clear()
-        _held = 0
 
 
 def fetch_base(store: ObjectStore, prefix: str, gen: str) -> Base | None:
@@ -228,6 +245,15 @@ def load(store: ObjectStore, prefix: str, head_key: str) -> tuple[Manifest, str 
         log.info("base %s of %s was replaced while being read; reading the head again", head.base, prefix)
     raise MemoryFormatError(f"the memory manifest of {prefix} names a base that is missing; "
                             "run `harness-memory reindex`")
+
+
+def manifest_from_bytes(data: bytes) -> Manifest:
+    """A manifest whose entries are all in ``data`` (version 1, or an inline version-2 head).
+    A head that stands on a base is read with ``load``; here it is refused."""
+    head = parse_head(data)
+    if head.base is not None:
+        raise MemoryFormatError("this manifest keeps its entries in a base object; load it with its place")
+    return head.manifest
 
 
 # -- the write side -----------------------------------------------------------------------------
@@ -311,4 +337,4 @@ def remove_base(store: ObjectStore, prefix: str, gen: str) -> None:
 
 __all__ = ["CACHE_BASES", "DELTA_MAX_BYTES", "DELTA_MAX_ENTRIES", "INLINE_MAX_BYTES", "Base", "Head", "Plan",
            "adopt", "base_bytes", "base_name", "clear_cache", "fetch_base", "head_bytes", "is_base_name", "load",
-           "on_base", "parse_base", "parse_head", "plan", "remember", "remove_base", "with_redo"]
+           "manifest_from_bytes", "on_base", "parse_base", "parse_head", "plan", "remember", "remove_base", "with_redo"]

@@ -60,7 +60,7 @@ from .model import MemoryFile
 from .redo import Redo, RedoWrite, md5_hex
 
 if TYPE_CHECKING:
-    from .directory import MemoryDir
+    from .port import PlaceDir
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ def is_state_file(name: str) -> bool:
 class PlaceTxn:
     """Staged changes to one place; only ``MemoryDir.transaction()`` makes one (lock held)."""
 
-    def __init__(self, memdir: MemoryDir, manifest: Manifest, etag: str | None, lease: Lease = LOCAL_LEASE) -> None:
+    def __init__(self, memdir: PlaceDir, manifest: Manifest, etag: str | None, lease: Lease = LOCAL_LEASE) -> None:
         self.dir = memdir
         self.manifest = manifest
         self.etag = etag
@@ -561,17 +561,16 @@ class PlaceTxn:
         raise AssertionError("unreachable")
 
     def _search_after(self, writes: list[_Write]) -> Callable[[Manifest], None]:
-        """SEARCH INDEX: the one call, made with the manifest the commit wrote (``after_commit``
-        never raises). ``since``: the manifest version this transaction started from, while the
-        commit is its first try (a retried one re-read the manifest: no shortcut then)."""
-        from ..search.place import after_commit
-
+        """COMMIT LISTENERS (search index first): one announcement with the manifest the commit
+        wrote (``MemoryDir.announce`` never raises). ``since``: the manifest version this transaction
+        started from, while the commit is its first try (a retried one re-read the manifest: no
+        shortcut then)."""
         written = {w.file: w.memory for w in writes}
         deletes, cleared, started = list(self._deletes), self._clear_entries, self._started_version
 
         def run(manifest: Manifest) -> None:
             first = self.manifest is manifest  # not re-read after a conflict: ``since`` holds
-            after_commit(self.dir, manifest, written, deletes, cleared, started if first else None)
+            self.dir.announce(manifest, written, deletes, cleared, started if first else None)
 
         return run
 

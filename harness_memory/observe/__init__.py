@@ -15,20 +15,29 @@ without them the matching part is off and nothing of theirs is imported.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 from .logs import EVENT_LOGGER, JsonLinesFormatter, hash_user, install_json_logging, redact
 from .telemetry import DISABLED, NULL_OP, Op, Telemetry, classify
 from .tracing import wrap_context
 
-if TYPE_CHECKING:
-    from ..services import MemoryServices
+T = TypeVar("T")
+
+
+class MetricsSource(Protocol):
+    """What the metrics endpoints need of the services (``MemoryServices`` is one): their
+    telemetry and a way off the event loop. A Protocol, so this layer never imports the root."""
+
+    telemetry: Telemetry
+
+    async def run_off_loop(self, fn: Callable[..., T], *args: Any) -> T: ...
+
 
 ASGIApp = Callable[[dict[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]],
                    Awaitable[None]]
 
 
-def metrics_asgi_app(services: MemoryServices) -> ASGIApp:
+def metrics_asgi_app(services: MetricsSource) -> ASGIApp:
     """A tiny ASGI app answering every GET with the services' metrics (mount it at ``/metrics``)."""
 
     async def app(scope: dict[str, Any], receive: Callable[[], Awaitable[Any]],
@@ -52,7 +61,7 @@ def metrics_asgi_app(services: MemoryServices) -> ASGIApp:
 class _Bridge:
     """A prometheus_client collector that yields the services' metric families."""
 
-    def __init__(self, services: MemoryServices) -> None:
+    def __init__(self, services: MetricsSource) -> None:
         self.services = services
 
     def collect(self) -> Iterator[Any]:
@@ -63,7 +72,7 @@ class _Bridge:
         return iter(list(telemetry.metrics.exposition_registry().collect()))
 
 
-def register_into(registry: Any, services: MemoryServices) -> Any:
+def register_into(registry: Any, services: MetricsSource) -> Any:
     """Serve the services' metrics from another registry too (e.g. ``prometheus_client.REGISTRY``,
     which ``start_http_server`` and ``make_asgi_app`` expose). Returns the collector (to unregister)."""
     bridge = _Bridge(services)
@@ -76,6 +85,7 @@ __all__ = [
     "EVENT_LOGGER",
     "NULL_OP",
     "JsonLinesFormatter",
+    "MetricsSource",
     "Op",
     "Telemetry",
     "classify",

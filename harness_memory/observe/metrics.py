@@ -359,8 +359,8 @@ class MultiProcessMetrics(Metrics):
     def _start(self) -> None:
         from prometheus_client import Counter, Gauge, Histogram
 
-        self._objects: dict[int, Any] = {}
-        self._children: dict[tuple[int, Labels], Any] = {}
+        self._objects: dict[str, Any] = {}  # by family name (unique in a registry)
+        self._children: dict[tuple[str, Labels], Any] = {}
         for f in self.families:
             name = f.name
             if f.typ == "counter":
@@ -369,14 +369,14 @@ class MultiProcessMetrics(Metrics):
                 obj = Histogram(name, f.doc, f.labelnames, registry=self.registry, buckets=f.buckets)
             else:
                 obj = Gauge(name, f.doc, f.labelnames, registry=self.registry, multiprocess_mode=f.mode)
-            self._objects[id(f)] = obj
+            self._objects[f.name] = obj
 
     def child(self, family: Family, labels: Labels) -> Any:
         """``family.labels(*labels)``, cached (label lookup takes a lock and a dict in prometheus_client)."""
-        key = (id(family), labels)
+        key = (family.name, labels)
         found = self._children.get(key)
         if found is None:
-            obj = self._objects[id(family)]
+            obj = self._objects[family.name]
             found = obj.labels(*labels) if labels else obj
             with self._lock:
                 self._children[key] = found

@@ -82,7 +82,7 @@ def make_tracer(provider: Any | None = None) -> Tracer | None:
         from opentelemetry.trace import NoOpTracerProvider, ProxyTracerProvider, Status, StatusCode
     except ImportError:
         return None
-    from .. import __version__
+    from ..version import __version__
 
     if provider is not None:
         return Tracer(provider.get_tracer(TRACER_NAME, __version__), Status, StatusCode)

@@ -30,18 +30,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .context import RecalledFile, load_recalled, load_recalled_context, staleness_note
-from .lexical import ScoredFile, clear_caches, lexical_rank
-from .ranking import PlaceRanker, Places, places_for
-from .select import MAX_FILES, build_messages, find_relevant_memories, manifest_line, skip_reason
-from .service import (
-    RecallResult,
-    cached_shared_manifest,
-    combined_manifest,
-    recall,
-    recall_for_query,
-    surfaced_tracker,
-)
+from .lexical import clear_caches
+from .select import find_relevant_memories
+from .service import RecallResult, recall, recall_for_query
 from .surfaced import SurfacedTracker
 from .tokenize import tokenize, warm_up
 
@@ -57,31 +48,17 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+#: What users and the layers above use; the parts (ranking, selection, context) are imported from
+#: their modules.
 __all__ = [
-    "MAX_FILES",
-    "PlaceRanker",
-    "Places",
     "RecallPreHook",
     "RecallResult",
-    "RecalledFile",
-    "ScoredFile",
     "SurfacedTracker",
-    "build_messages",
-    "cached_shared_manifest",
     "clear_caches",
-    "combined_manifest",
     "find_relevant_memories",
-    "lexical_rank",
-    "load_recalled",
-    "load_recalled_context",
     "make_recall_pre_hook",
-    "manifest_line",
-    "places_for",
     "recall",
     "recall_for_query",
-    "skip_reason",
-    "staleness_note",
-    "surfaced_tracker",
     "tokenize",
     "warm_up",
 ]

@@ -32,7 +32,7 @@ from ..hooks import HookCall, MemoryHook
 from .service import recall_for_query
 
 if TYPE_CHECKING:
-    from ..services import MemoryServices
+    from .service import RecallRoot
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class RecallPreHook(MemoryHook):
     blocking = True
     what = "recall pre-hook"
 
-    def __init__(self, services: MemoryServices, *, agent_type: str = "default", user_id: str | None = None,
+    def __init__(self, services: RecallRoot, *, agent_type: str = "default", user_id: str | None = None,
                  skip_first_query: str | None = None) -> None:
         super().__init__(services.work)
         self.services = services
@@ -110,7 +110,7 @@ class RecallPreHook(MemoryHook):
 
 
 def make_recall_pre_hook(
-    services: MemoryServices,
+    services: RecallRoot,
     *,
     agent_type: str = "default",
     user_id: str | None = None,

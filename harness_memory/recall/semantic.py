@@ -38,10 +38,16 @@ from ..search.index import stamp_of
 from .lexical import ScoredFile
 
 if TYPE_CHECKING:
+    from typing import Protocol
+
     from ..config import EmbedConfig
     from ..memdir import Manifest, MemoryDir
-    from ..services import MemoryServices
     from .ranking import Places
+
+    class HasSemanticTier(Protocol):
+        """A composition root that may run the tier (``MemoryServices`` is one)."""
+
+        def semantic(self) -> SemanticTier | None: ...
 
 log = logging.getLogger(__name__)
 
@@ -301,7 +307,7 @@ def _covers(vectors: Vectors, manifest: Manifest) -> bool:
     return all(rows.get(f) == stamp_of(e) for f, e in manifest.entries.items())
 
 
-def semantic_tier(services: MemoryServices) -> SemanticTier | None:
+def semantic_tier(services: HasSemanticTier) -> SemanticTier | None:
     """The services' semantic tier, or None when no embeddings endpoint is configured."""
     tier: Any = services.semantic()
     return tier

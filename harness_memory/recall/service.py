@@ -13,18 +13,48 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Iterator, Mapping
+from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..memdir import Manifest, MemoryDir
-from ..services import MemoryServices
 from .context import SHARED_PREFIX, load_recalled
 from .ranking import PlaceRanker, places_for
 from .select import find_relevant_memories
 from .semantic import semantic_tier
 from .surfaced import SurfacedTracker
 
+if TYPE_CHECKING:
+    from ..config import MemoryConfig
+    from ..llm import LightModel
+    from ..memdir import CappedText
+    from ..observe import Telemetry
+    from .semantic import SemanticTier
+
 log = logging.getLogger(__name__)
+
+
+class RecallRoot(Protocol):
+    """What recall uses of the composition root (``MemoryServices`` is one): config, telemetry,
+    the ``io`` and ``work`` pools, the user's and shared places, the shared-view cache, the light
+    model, the surfaced tracker and the semantic tier."""
+
+    config: MemoryConfig
+    telemetry: Telemetry
+    io: Executor
+    work: Executor
+
+    def user_agent_dir(self, user_id: str, agent_type: str = "default") -> MemoryDir: ...
+
+    def shared_agent_dir(self, agent_type: str = "default") -> MemoryDir: ...
+
+    def shared_view(self, shared: MemoryDir) -> tuple[Manifest, CappedText]: ...
+
+    def light_model(self) -> LightModel | None: ...
+
+    def surfaced_tracker(self) -> SurfacedTracker: ...
+
+    def semantic(self) -> SemanticTier | None: ...
 
 @dataclass(frozen=True, slots=True)
 class RecallResult:
@@ -60,13 +90,13 @@ class _LazySnippets(Mapping[str, str]):
         return len(self._all())
 
 
-def surfaced_tracker(services: MemoryServices) -> SurfacedTracker:
+def surfaced_tracker(services: RecallRoot) -> SurfacedTracker:
     """The services' surfaced-file tracker (``services.surfaced_tracker()``; Redis-backed when
     Redis is configured)."""
     return services.surfaced_tracker()
 
 
-def cached_shared_manifest(services: MemoryServices, shared: MemoryDir) -> Manifest:
+def cached_shared_manifest(services: RecallRoot, shared: MemoryDir) -> Manifest:
     """The shared place's manifest (cached per pod: ``MemoryServices.shared_view``)."""
     return services.shared_view(shared)[0]
 
@@ -82,7 +112,7 @@ def combined_manifest(own: Manifest, shared: Manifest | None) -> Manifest:
 
 
 def recall(
-    services: MemoryServices,
+    services: RecallRoot,
     user_id: str,
     agent_type: str,
     query: str,
@@ -100,7 +130,7 @@ def recall(
         return result
 
 
-def _recall(services: MemoryServices, user_id: str, agent_type: str, query: str, session_id: str | None,
+def _recall(services: RecallRoot, user_id: str, agent_type: str, query: str, session_id: str | None,
             manifest: Manifest | None, op: Any) -> RecallResult:
     cfg = services.config.recall
     if not cfg.enabled or not query or not query.strip():
@@ -138,7 +168,7 @@ def _recall(services: MemoryServices, user_id: str, agent_type: str, query: str,
 
 
 def recall_for_query(
-    services: MemoryServices,
+    services: RecallRoot,
     user_id: str,
     agent_type: str,
     query: str,

@@ -24,12 +24,14 @@ import json
 import struct
 import threading
 import zlib
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from .tokenize import tokenize  # documents and queries share one tokenizer (recall re-exports it)
 
 if TYPE_CHECKING:
     from ..memdir import ManifestEntry
@@ -74,13 +76,6 @@ def _term_line(terms: Mapping[str, int]) -> str:
 def _parse_line(line: str) -> dict[str, int]:
     parts = line.split(" ") if line else []
     return {parts[i]: int(parts[i + 1]) for i in range(0, len(parts) - 1, 2)}
-
-
-def tokenize(text: str) -> list[str]:
-    """recall's tokenizer (imported on first use: ``harness_memory.recall`` imports this package)."""
-    from ..recall.tokenize import tokenize as recall_tokenize
-
-    return recall_tokenize(text)
 
 
 def stamp_of(entry: ManifestEntry) -> tuple[int, float]:
@@ -133,6 +128,9 @@ class SearchIndex:
         self.base = base
         self._post: _Postings | None = None
         self._lock = threading.Lock()
+        #: ``place._view``'s answers for this index, per manifest version (owned here, so they
+        #: die with the index; a few versions at most).
+        self.views: OrderedDict[tuple[float, int], tuple[Any, Any]] = OrderedDict()
 
     # -- changes (write path) ---------------------------------------------------------------
     def updated(self, remove: Iterable[str] = (), add: Iterable[Doc] = (), clear: bool = False) -> SearchIndex:

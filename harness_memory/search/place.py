@@ -6,7 +6,8 @@ index (``.search-index.bin``, generation ``gen``) is written now and then, and a
 every commit. Past ``DELTA_MAX_DOCS`` documents or ``DELTA_MAX_BYTES`` the commit writes the whole
 index under a new generation and an empty delta (compaction).
 
-Write side (``after_commit``): ``PlaceTxn.commit`` calls it once, under the place lock, after the
+Write side (``after_commit``): ``PlaceTxn.commit`` calls it once (through ``SearchListener``,
+the commit listener the composition root gives every ``MemoryDir``), under the place lock, after the
 manifest is committed. It starts from this pod's cached index when that matches the manifest the
 transaction started from (else the delta and the whole index are read), replaces the documents
 the commit wrote or removed, fills in up to ``LAZY_FILL`` documents the index lacks (a place
@@ -28,9 +29,8 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
-import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -39,11 +39,13 @@ import numpy as np
 from ..errors import HarnessMemoryError, MemoryFormatError
 from ..layout import SEARCH_DELTA_FILE, SEARCH_INDEX_FILE
 from ..observe import wrap_context
+from ..storage.caches import PerStore
 from .index import Doc, Part, SearchIndex, doc_from_entry, entry_tags, make_doc, stamp_of
 
 if TYPE_CHECKING:
     from ..memdir import Manifest, MemoryDir
     from ..memdir.model import MemoryFile
+    from ..memdir.port import PlaceDir
 
 log = logging.getLogger(__name__)
 
@@ -63,52 +65,36 @@ class _Cached:
     delta: dict[str, Doc | None] | None = None  # the stored delta's documents (None: removed)
 
 
-_cache: OrderedDict[tuple[int, str], _Cached] = OrderedDict()
+#: Per store (dies with it): place prefix -> the pod's copy of the place's index.
+_cache: PerStore[OrderedDict[str, _Cached]] = PerStore(OrderedDict)
 _fallback: OrderedDict[tuple[object, ...], Doc] = OrderedDict()
 _lock = threading.Lock()
 
 
-def _key(memdir: MemoryDir) -> tuple[int, str]:
-    return id(memdir.store), memdir.place.prefix
-
-
 def _get_cached(memdir: MemoryDir) -> _Cached | None:
+    cache, key = _cache.of(memdir.store), memdir.place.prefix
     with _lock:
-        hit = _cache.get(_key(memdir))
+        hit = cache.get(key)
         if hit is not None:
-            _cache.move_to_end(_key(memdir))
+            cache.move_to_end(key)
         return hit
 
 
 def _put_cached(memdir: MemoryDir, index: SearchIndex, version: float, base: SearchIndex | None = None,
                 delta: dict[str, Doc | None] | None = None) -> None:
+    cache, key = _cache.of(memdir.store), memdir.place.prefix
     with _lock:
-        _cache[_key(memdir)] = _Cached(index, version, base, delta)
-        _cache.move_to_end(_key(memdir))
-        while len(_cache) > CACHE_PLACES:
-            _cache.popitem(last=False)
-
-
-#: Per store object (weakly: a store that is gone takes its listener with it).
-_listeners: weakref.WeakKeyDictionary[object, Callable[[MemoryDir], None]] = weakref.WeakKeyDictionary()
-
-
-def on_commit(store: object, listener: Callable[[MemoryDir], None] | None) -> None:
-    """Tell ``listener`` about every commit that changed memory files of a place in ``store``
-    (the semantic tier embeds them in the background); None removes it."""
-    with _lock:
-        if listener is None:
-            _listeners.pop(store, None)
-        else:
-            _listeners[store] = listener
+        cache[key] = _Cached(index, version, base, delta)
+        cache.move_to_end(key)
+        while len(cache) > CACHE_PLACES:
+            cache.popitem(last=False)
 
 
 def clear_cache() -> None:
     """Forget every cached index (benchmarks measure cold loads; tests start clean)."""
+    _cache.clear()
     with _lock:
-        _cache.clear()
         _fallback.clear()
-        _views.clear()
 
 
 def index_key(memdir: MemoryDir) -> str:
@@ -239,18 +225,19 @@ def _without(valid: np.ndarray, position: Mapping[str, int], names: list[str]) -
     return valid
 
 
-_views: OrderedDict[tuple[int, float, int], tuple[SearchIndex, np.ndarray, object]] = OrderedDict()
+VIEWS_PER_INDEX = 4
 
 
 def _view(index: SearchIndex, manifest: Manifest) -> tuple[np.ndarray, Any]:
     """Which of ``index``'s documents are current for ``manifest`` (a mask), and postings of the
     entries it lacks (their manifest lines) or None. Cached per (index, manifest version): the
     warm path of a query must not walk 1,000 entries."""
-    key = (id(index), manifest.updated_at, len(manifest.entries))
+    key = (manifest.updated_at, len(manifest.entries))
+    views = index.views  # owned by the index: gone with it
     with _lock:
-        hit = _views.get(key)
-    if hit is not None and hit[0] is index:
-        return hit[1], hit[2]
+        hit = views.get(key)
+    if hit is not None:
+        return hit[0], hit[1]
     post = index.postings()
     valid = np.zeros(len(post.files), dtype=bool)
     missing = []
@@ -263,9 +250,9 @@ def _view(index: SearchIndex, manifest: Manifest) -> tuple[np.ndarray, Any]:
             missing.append(entry)
     extra = SearchIndex({d.file: d for d in map(_fallback_doc, missing)}).postings() if missing else None
     with _lock:
-        _views[key] = (index, valid, extra)
-        while len(_views) > CACHE_PLACES:
-            _views.popitem(last=False)
+        views[key] = (valid, extra)
+        while len(views) > VIEWS_PER_INDEX:
+            views.popitem(last=False)
     return valid, extra
 
 
@@ -368,13 +355,19 @@ def after_commit(memdir: MemoryDir, manifest: Manifest, written: Mapping[str, Me
     except Exception as exc:  # the memory change is committed: an index failure must not undo or fail it
         log.warning("search index of %s not updated (%s: %s); recall searches the changed memories by their "
                     "index line until the next write or reindex", memdir.place.label, type(exc).__name__, exc)
-    with _lock:
-        listener = _listeners.get(memdir.store)
-    if listener is not None:
-        try:
-            listener(memdir)  # schedules work in the background; never waits for it
-        except Exception as exc:
-            log.warning("after-commit listener failed for %s (%s)", memdir.place.label, exc)
+
+
+class SearchListener:
+    """The search index as a commit listener of ``memdir`` (``memdir/port.py``): the composition
+    root gives it to every ``MemoryDir`` it builds, so memdir never imports this package.
+    Stateless (the caches live per store): one serves every place."""
+
+    def committed(self, memdir: PlaceDir, manifest: Manifest, written: Mapping[str, MemoryFile],
+                  removed: Sequence[str], cleared: bool, since: float | None) -> None:
+        after_commit(memdir, manifest, written, removed, cleared, since)
+
+    def rebuilt(self, memdir: PlaceDir, manifest: Manifest, memories: Mapping[str, MemoryFile]) -> None:
+        rebuild(memdir, manifest, memories)
 
 
 def rebuild(memdir: MemoryDir, manifest: Manifest, memories: Mapping[str, MemoryFile]) -> SearchIndex:
@@ -388,13 +381,13 @@ def rebuild(memdir: MemoryDir, manifest: Manifest, memories: Mapping[str, Memory
 
 __all__ = [
     "LAZY_FILL",
+    "SearchListener",
     "after_commit",
     "clear_cache",
     "covers",
     "delta_key",
     "index_key",
     "load",
-    "on_commit",
     "parts",
     "rebuild",
     "snippets",

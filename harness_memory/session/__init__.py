@@ -7,9 +7,6 @@ The hook names are imported lazily (they import agno).
 
 from typing import TYPE_CHECKING, Any
 
-from .buffer import SessionBuffer
-from .cache import CachedSummary, SummaryCache
-from .extract import SummaryModel, extraction_due
 from .inject import (
     SUMMARY_HEADER,
     inject_session_summary,
@@ -17,18 +14,8 @@ from .inject import (
     inject_summary_for_session_sync,
     strip_session_summary,
 )
-from .manager import ManagerStats, SessionMemoryManager, session_manager_for
-from .records import (
-    BufferedMessage,
-    CommitOutcome,
-    ExtractionResult,
-    ExtractStatus,
-    PendingBatch,
-    SessionInfo,
-    SessionState,
-)
-from .summary import PROMPT_MARKER as PROMPT_MARKER_FOR_TESTS
-from .summary import StoredSummary, SummaryDoc, SummaryRejected, parse_summary, render_summary
+from .manager import SessionMemoryManager, session_manager_for
+from .records import BufferedMessage, ExtractionResult, ExtractStatus, SessionInfo, SessionState
 
 if TYPE_CHECKING:
     from .hooks import (
@@ -51,37 +38,25 @@ def __getattr__(name: str) -> Any:
         return getattr(hooks, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+#: What users and the layers above use; the parts (buffer, cache, summary format, records of the
+#: store) are imported from their modules.
 __all__ = [
-    "PROMPT_MARKER_FOR_TESTS",
     "SUMMARY_HEADER",
     "BufferedMessage",
-    "CachedSummary",
-    "CommitOutcome",
     "ExtractStatus",
     "ExtractionResult",
-    "ManagerStats",
-    "PendingBatch",
-    "SessionBuffer",
     "SessionBufferHook",
     "SessionInfo",
     "SessionMemoryManager",
     "SessionState",
     "SessionSummaryHook",
-    "StoredSummary",
-    "SummaryCache",
-    "SummaryDoc",
-    "SummaryModel",
-    "SummaryRejected",
     "attach_session_hook",
     "attach_session_hooks",
-    "extraction_due",
     "inject_session_summary",
     "inject_summary_for_session",
     "inject_summary_for_session_sync",
     "make_session_post_hook",
     "make_session_summary_pre_hook",
-    "parse_summary",
-    "render_summary",
     "session_manager_for",
     "strip_session_summary",
 ]

@@ -36,7 +36,7 @@ from ..config import SessionConfig
 from ..errors import ObjectNotFound, PreconditionFailed, StorageError
 from ..layout import session_summary_key
 from ..llm import LLMError, LLMResult
-from ..locks import LEASES
+from ..locks import LEASES, LeaseKeeper
 from ..observe import DISABLED, Telemetry
 from ..storage import ObjectStore
 from .buffer import SessionBuffer
@@ -98,7 +98,7 @@ def extraction_due(state: SessionState | None, cfg: SessionConfig, now: float) -
 class Summariser:
     def __init__(self, store: ObjectStore, buffer: SessionBuffer, cache: SummaryCache, cfg: SessionConfig,
                  *, key_prefix: str, clock: Callable[[], float] = time.time,
-                 telemetry: Telemetry = DISABLED) -> None:
+                 telemetry: Telemetry = DISABLED, leases: LeaseKeeper | None = None) -> None:
         self.store = store
         self.buffer = buffer
         self.cache = cache
@@ -108,6 +108,8 @@ class Summariser:
         self.model_calls = 0
         self.failures = 0
         self.telemetry = telemetry
+        #: Renews the summary lock while the model works (the composition root's keeper).
+        self.leases = leases or LEASES
 
     def key(self, session_id: str) -> str:
         return session_summary_key(session_id, self.key_prefix)
@@ -129,11 +131,11 @@ class Summariser:
             return ExtractionResult(ExtractStatus.BUSY, session_id)
         # The lease: renewed while the model works, so a slow but successful summary is stored
         # (the same keeper as the place locks). A crashed pod stops renewing; its lock expires.
-        lease = LEASES.add(lambda: self.buffer.renew(session_id, token, ttl_ms), ttl_ms / 3000)
+        lease = self.leases.add(lambda: self.buffer.renew(session_id, token, ttl_ms), ttl_ms / 3000)
         try:
             return self._locked(session_id, model, token, force, riders)
         finally:
-            LEASES.remove(lease)
+            self.leases.remove(lease)
             try:
                 self.buffer.release(session_id, token)
             except Exception as exc:  # the TTL frees it

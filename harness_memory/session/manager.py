@@ -25,12 +25,13 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ..config import RedisConfig, SessionConfig
 from ..errors import StorageError
 from ..layout import validate_id
 from ..llm import warn_no_light_model
+from ..locks import LeaseKeeper
 from ..observe import DISABLED, Telemetry
 from ..redis_client import RedisClient
 from ..storage import ObjectStore
@@ -43,9 +44,6 @@ from .messages import convert
 from .records import BufferedMessage, ExtractionResult, ExtractStatus, SessionInfo, SessionState
 from .summary import cut_lines
 from .worker import BackgroundWorker
-
-if TYPE_CHECKING:
-    from ..services import MemoryServices
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -84,6 +82,7 @@ class SessionMemoryManager:
         executor: Executor | None = None,
         telemetry: Telemetry = DISABLED,
         riders: RiderSource | None = None,
+        leases: LeaseKeeper | None = None,
     ) -> None:
         self.cfg = config or SessionConfig()
         self.telemetry = telemetry
@@ -96,7 +95,7 @@ class SessionMemoryManager:
                                     wait_replicas=rcfg.wait_replicas, wait_timeout_ms=rcfg.wait_timeout_ms)
         self.cache = SummaryCache(self.cfg.lru_size)
         self.summariser = Summariser(store, self.buffer, self.cache, self.cfg, key_prefix=key_prefix,
-                                     clock=clock, telemetry=telemetry)
+                                     clock=clock, telemetry=telemetry, leases=leases)
         self.stats = ManagerStats()
         #: Where a job riding along in a summary call comes from (auto memory; ``combined.py``).
         self.riders = riders
@@ -110,13 +109,6 @@ class SessionMemoryManager:
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._warned_ids: set[str] = set()
         self.closed = False
-
-    @classmethod
-    def from_services(cls, services: MemoryServices) -> SessionMemoryManager:
-        cfg = services.config
-        return cls(services.store, config=cfg.session, redis_client=services.redis, redis_config=cfg.redis,
-                   model=services.light_model(), key_prefix=cfg.store.key_prefix, executor=services.work,
-                   telemetry=services.telemetry, riders=services.summary_rider)
 
     @property
     def mode(self) -> str:
@@ -364,6 +356,12 @@ class SessionMemoryManager:
         return idle
 
 
-def session_manager_for(services: MemoryServices) -> SessionMemoryManager:
+class HasSessionMemory(Protocol):
+    """A composition root holding the process's one manager (``MemoryServices`` is one)."""
+
+    def session_manager(self) -> SessionMemoryManager: ...
+
+
+def session_manager_for(services: HasSessionMemory) -> SessionMemoryManager:
     """The one manager of ``services`` (``services.session_manager()``, built on first use)."""
     return services.session_manager()

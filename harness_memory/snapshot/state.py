@@ -11,11 +11,10 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..layout import INDEX_FILE, SNAPSHOT_SYNC_FILE
 from ..memdir import Manifest, ManifestEntry, MemoryDir
-from ..services import MemoryServices
 from .model import (
     META_KEY,
     Snapshot,
@@ -28,32 +27,55 @@ from .model import (
     parse_time,
 )
 
+if TYPE_CHECKING:
+    from ..config import MemoryConfig
+
 log = logging.getLogger(__name__)
 
 NEGATIVE_TTL = 60.0  # seconds a missing .snapshot-synced.json is remembered per place
 
 
+class SnapshotRoot(Protocol):
+    """What the snapshot functions use of the composition root (``MemoryServices`` is one): the
+    config, the user's place and the cache of known-absent sync records (owned by the root)."""
+
+    config: MemoryConfig
+    snapshot_absent: KnownAbsent
+
+    def user_agent_dir(self, user_id: str, agent_type: str = "default") -> MemoryDir: ...
+
+
 # -- reading the place's state ---------------------------------------------------------------------
 Absent = dict[str, float]
-"""Place prefix -> monotonic time until which "no sync file" is trusted (``MemoryServices.snapshot_absent``)."""
+"""Place prefix -> monotonic time until which "no sync file" is trusted."""
 
 
-def _absent_of(target: MemoryServices | MemoryDir) -> Absent | None:
-    if not isinstance(target, MemoryServices):
+class KnownAbsent(Absent):
+    """The composition root's record of places known to have no sync file (``SnapshotRoot``):
+    saves a GET per build for a place never synced. Bounded: past ``MAX`` places it starts over."""
+
+    MAX = 10_000
+
+    def trimmed(self) -> KnownAbsent:
+        if len(self) > self.MAX:
+            self.clear()
+        return self
+
+
+def _absent_of(target: SnapshotRoot | MemoryDir) -> Absent | None:
+    if isinstance(target, MemoryDir):
         return None
-    if len(target.snapshot_absent) > 10_000:
-        target.snapshot_absent.clear()
-    return target.snapshot_absent
+    return target.snapshot_absent.trimmed()
 
 
-def _memdir(target: MemoryServices | MemoryDir, agent_type: str, user_id: str) -> MemoryDir:
-    return target.user_agent_dir(user_id, agent_type) if isinstance(target, MemoryServices) else target
+def _memdir(target: SnapshotRoot | MemoryDir, agent_type: str, user_id: str) -> MemoryDir:
+    return target.user_agent_dir(user_id, agent_type) if not isinstance(target, MemoryDir) else target
 
 
-def _snapshots_dir(target: MemoryServices | MemoryDir, snapshots_dir: str | Path | None) -> Path:
+def _snapshots_dir(target: SnapshotRoot | MemoryDir, snapshots_dir: str | Path | None) -> Path:
     if snapshots_dir is not None:
         return Path(snapshots_dir)
-    if isinstance(target, MemoryServices):
+    if not isinstance(target, MemoryDir):
         return target.config.agent.snapshots_dir
     raise ValueError("snapshots_dir is required when a MemoryDir is given")
 
@@ -127,7 +149,7 @@ def _compute(memdir: MemoryDir, snapshot: Snapshot | None, agent_type: str, user
 
 
 def snapshot_state(
-    services_or_memdir: MemoryServices | MemoryDir,
+    services_or_memdir: SnapshotRoot | MemoryDir,
     snapshots_dir: str | Path | None,
     agent_type: str,
     user_id: str | None = None,
@@ -195,7 +217,7 @@ def _record_bytes(record: SyncRecord) -> bytes:
 
 
 def initialize_from_snapshot(
-    services_or_memdir: MemoryServices | MemoryDir,
+    services_or_memdir: SnapshotRoot | MemoryDir,
     snapshots_dir: str | Path | None,
     agent_type: str,
     user_id: str | None = None,
@@ -218,7 +240,7 @@ def initialize_from_snapshot(
 
 
 def replace_from_snapshot(
-    services_or_memdir: MemoryServices | MemoryDir,
+    services_or_memdir: SnapshotRoot | MemoryDir,
     snapshots_dir: str | Path | None,
     agent_type: str,
     user_id: str | None = None,
@@ -241,7 +263,7 @@ def replace_from_snapshot(
 
 
 def mark_snapshot_synced(
-    services_or_memdir: MemoryServices | MemoryDir,
+    services_or_memdir: SnapshotRoot | MemoryDir,
     snapshots_dir: str | Path | None,
     agent_type: str,
     user_id: str | None = None,
@@ -262,7 +284,7 @@ def mark_snapshot_synced(
                    record, applied=True, manifest=manifest)
 
 
-def _memdir_and_snapshot(services_or_memdir: MemoryServices | MemoryDir, snapshots_dir: str | Path | None,
+def _memdir_and_snapshot(services_or_memdir: SnapshotRoot | MemoryDir, snapshots_dir: str | Path | None,
                          agent_type: str, user_id: str | None) -> tuple[MemoryDir, Snapshot]:
     """The user's place and the valid snapshot an action needs (SnapshotError when there is none)."""
     memdir = _memdir(services_or_memdir, agent_type, user_id or "")
@@ -273,7 +295,7 @@ def _memdir_and_snapshot(services_or_memdir: MemoryServices | MemoryDir, snapsho
 
 
 def apply_snapshot_on_build(
-    services: MemoryServices,
+    services: SnapshotRoot,
     user_id: str,
     agent_type: str,
     manifest: Manifest | None = None,
