@@ -265,7 +265,7 @@ class AutoMemory(FactAPI):
                 "added": len(r.added), "merged": len(r.refreshed) + len(r.merged), "removed": len(r.removed),
                 "expired": len(r.expired), "trimmed": len(r.trimmed),
                 "dropped_low_confidence": r.dropped_low_confidence, "dropped_scrubbed": r.dropped_scrubbed,
-                "rejected": refused})
+                "rejected": refused, "merge_refused": len(r.merges_refused)})
         self._sync_queue_metrics()
 
     def _sync_queue_metrics(self) -> None:
