@@ -36,7 +36,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
-from .doubt import Evidence, reversed_correction, task_scope_label, terms
+from .doubt import Evidence, mistake_text, reversed_correction, says_something, task_scope_label, terms
 from .lifecycle import expiry_for, is_expired, paraphrase_key, to_evict
 from .model import MAX_FACT_CHARS, MAX_SECTION_CHARS, MAX_SOURCE_ERROR_CHARS, Category, Fact, clean_section, one_line
 from .plan import (
@@ -94,10 +94,14 @@ def prepare_fact(proposed: NewFact, threshold: float, ctx: ApplyContext | None, 
     error = one_line(scrub_uploads(proposed.source_error or ""), MAX_SOURCE_ERROR_CHARS) or None
     confidence = None if proposed.confidence is None else min(1.0, max(0.0, proposed.confidence))
     is_correction = proposed.category is Category.CORRECTION
+    category = proposed.category
     if ctx is not None:
         placeholders = ctx.placeholders
         if placeholders is not None and placeholders.copied(content, ctx.conversation):
             report.reject("placeholder", content)
+            return None
+        if not says_something(content):
+            report.reject("no_content", content)  # "Remember that": an instruction, not a fact
             return None
         if error and placeholders is not None and placeholders.copied(error, ctx.conversation):
             report.reject("placeholder_source_error", error)
@@ -114,6 +118,13 @@ def prepare_fact(proposed: NewFact, threshold: float, ctx: ApplyContext | None, 
         if is_correction and reversed_correction(content, ctx.conversation.user):
             report.reject("correction_reversed", content)
             return None
+        if is_correction:
+            error = mistake_text(content, error)
+            if error is None or not says_something(error):
+                # a correction needs the wrong belief as well as the right one; without it the
+                # fact is kept as what it is, a preference, and is not raised to 0.95
+                report.reject("correction_without_mistake", content)
+                is_correction, category, error = False, Category.PREFERENCE, None
         if is_correction and boost_corrections and ctx.signals.correction:
             confidence = max(confidence or 0.0, CORRECTION_MIN_CONFIDENCE)
     if confidence is None or confidence < threshold:
@@ -123,7 +134,7 @@ def prepare_fact(proposed: NewFact, threshold: float, ctx: ApplyContext | None, 
         expires = expiry_for(proposed.expires, proposed.valid_days, content, ctx.today)
     else:
         expires = proposed.expires or ""
-    return NewFact(content, proposed.category, confidence, error if is_correction else None,
+    return NewFact(content, category, confidence, error if is_correction else None,
                    proposed.evidence, proposed.scope, expires or None, None, proposed.merges)
 
 

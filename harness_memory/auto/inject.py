@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from ..escape import DATA_NOTE, inline
 from ..tokens import count_tokens, truncate_to_tokens
+from .doubt import mistake_text
 from .lifecycle import is_expired
 from .model import Category, Fact
 from .store import AutoView
@@ -56,7 +57,7 @@ def fact_line(fact: Fact) -> str:
     until = f" (until {inline(fact.expires)})" if fact.expires else ""
     content = inline(fact.content)
     if fact.category is Category.CORRECTION:
-        avoid = inline(fact.source_error)
+        avoid = inline(mistake_text(fact.content, fact.source_error))  # never the corrected belief
         return f"- {content}" + (f" (avoid: {avoid})" if avoid else "") + until
     return f"- [{fact.category.value}, {fact.confidence:.2f}] {content}{until}"
 
