@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from ..examples import LEGACY_EXAMPLES, ExampleTexts, bare_placeholder, normalize_text
+from ..examples import LEGACY_EXAMPLES, ExampleTexts, bare_placeholder, normalize_text, registry
 
 #: Scope labels that keep a fact out of user memory.
 TASK_SCOPES = frozenset({"session", "task", "thread", "project", "repo", "repository", "conversation", "chat",
@@ -157,7 +157,7 @@ class Placeholders:
         """Whether ``text`` is a placeholder or copies an example (and the user did not say it)."""
         if bare_placeholder(text) or normalize_text(text) in _FIELD_PHRASES:
             return True
-        hit = self._texts.example(text)
+        hit = self._texts.example(text) or registry().match(text)  # every example and message we send a model
         if hit is None:
             return False
         return not (conversation is not None and conversation.user_said(hit))
