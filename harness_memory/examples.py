@@ -135,7 +135,7 @@ def copied_example(text: str) -> str | None:
 
 
 __all__ = ["DESCRIPTION_HINT", "EXAMPLE_BODY", "EXAMPLE_DESCRIPTION", "EXAMPLE_FILE_NAME", "EXAMPLE_INTRO",
-           "EXAMPLE_NAME", "FRONTMATTER_EXAMPLE", "GENERIC", "LEGACY_EXAMPLES", "OWN_MESSAGE", "SENT_EXAMPLES", "ExampleTexts",
-           "bare_placeholder",
+           "EXAMPLE_NAME", "FRONTMATTER_EXAMPLE", "GENERIC", "LEGACY_EXAMPLES", "OWN_MESSAGE", "SENT_EXAMPLES",
+           "ExampleTexts", "bare_placeholder",
            "copied_example",
            "normalize_text", "registry"]
