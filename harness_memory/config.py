@@ -256,6 +256,9 @@ class AutoMemoryConfig(_Section):
     max_conversation_tokens: int = Field(8000, ge=500, description="Conversation tokens sent per extraction.")
     max_output_tokens: int = Field(2000, ge=100, description="Completion-token cap of an extraction call.")
     shutdown_flush_seconds: float = Field(10.0, ge=0, description="Time given to pending updates at exit.")
+    shutdown_flush_max_seconds: float = Field(300.0, ge=0, description="Most time the exit flush waits: pending "
+                                              "updates get the extraction model's measured latency each, at least "
+                                              "`shutdown_flush_seconds`; what is left is kept for the next start.")
     max_removals_per_update: int = Field(3, ge=0, description="Most facts one extraction may remove (each "
                                          "needs a replacing fact or a 'forget' in the user's words).")
     patterns_dir: Path | None = Field(None, description="Folder of signal pattern files (`<signal>.yaml`) that "

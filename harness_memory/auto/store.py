@@ -35,6 +35,7 @@ import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import MemoryFormatError, StorageError
 from ..memdir import Manifest, ManifestEntry, MemoryDir, MemoryFile, MemoryType, PlaceTxn, TxnResult, parse_memory
@@ -155,6 +156,8 @@ class Watermarks:
     sessions: dict[str, list[str]] = field(default_factory=dict)
     times: dict[str, float] = field(default_factory=dict)
     history: list[UpdateRecord] = field(default_factory=list)
+    #: Batches the exit flush could not process, kept for the next start (``pending.py``).
+    pending: list[dict[str, Any]] = field(default_factory=list)
 
     def record(self, entry: UpdateRecord) -> None:
         self.history = [*self.history, entry][-MAX_HISTORY:]
@@ -176,6 +179,8 @@ class Watermarks:
                                                               for k, v in self.sessions.items()}}
         if self.history:
             data["history"] = [h.to_json() for h in self.history]
+        if self.pending:
+            data["pending"] = self.pending
         return json.dumps(data, separators=(",", ":")).encode("utf-8")
 
     @classmethod
@@ -189,6 +194,8 @@ class Watermarks:
             history = whole.get("history") or []
             records = [UpdateRecord.from_json(h) for h in (history if isinstance(history, list) else [])]
             out.history = [r for r in records if r is not None][-MAX_HISTORY:]
+            pending = whole.get("pending") or []
+            out.pending = [p for p in pending if isinstance(p, dict)] if isinstance(pending, list) else []
             for wm_id, item in raw.items():
                 keys = [k for k in item.get("keys", []) if isinstance(k, str)]
                 out.sessions[str(wm_id)] = keys[-MAX_MARK_KEYS:]
