@@ -43,17 +43,13 @@ from harness_memory.server import create_app
 from harness_memory.services import MemoryServices
 from harness_memory.tokens import count_tokens
 from tests.fakellm import ScriptedLLM, text
+from tests.helpers import auto_pods
 
 
 @pytest.fixture
 def auto(make_config: Callable[..., MemoryConfig], llm_server: ScriptedLLM) -> Iterator[AutoMemory]:
-    cfg = make_config(model={"model": "fake-model", "base_url": llm_server.base_url, "api_key": "k"},
-                      auto={"debounce_seconds": 3600, "max_attempts": 1})
-    services = MemoryServices.from_config(cfg)
-    memory = AutoMemory(services, start_worker=False)
-    yield memory
-    memory.close(1)
-    services.close()
+    with auto_pods(make_config, llm_server.base_url, light_timeout=5) as pod:
+        yield pod()
 
 
 def place(auto: AutoMemory) -> AutoPlace:
