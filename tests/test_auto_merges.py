@@ -279,3 +279,12 @@ async def test_refusals_are_counted_and_shown_in_the_history(make_config: Callab
         other.close(1)
     finally:
         services.close()
+
+
+def test_a_merge_whose_text_is_refused_leaves_its_sources(auto: AutoMemory) -> None:
+    a, b = seed(auto, "Installs packages with pnpm", "Likes pnpm workspaces")
+    before = stored(auto)
+    report = apply(auto, UpdatePlan(new_facts=[NewFact("Installs with pnpm", Category.PREFERENCE, 0.2,
+                                                       merges=(a, b))]))  # below the threshold
+    assert stored(auto) == before and report.merged == []
+    assert [(r.ids, r.reason) for r in report.merges_refused] == [((a, b), "merge_text_refused")]

@@ -70,6 +70,9 @@ def apply_plan(plan: UpdatePlan, txn: AutoTxn, snapshot: AutoView, rules: ApplyR
             continue  # the merge was refused whole
         fact = prepare_fact(proposed, rules.threshold, ctx, report)
         if fact is None:
+            if merging:  # the merged text itself was refused (its reason counted): the sources stay
+                report.merges_refused.append(MergeRefusal(proposed.content, tuple(f.id for f in merging),
+                                                          "merge_text_refused"))
             continue
         confirmed = ctx.conversation.evidence(fact.content, proposed.evidence) is Evidence.USER
         kept = merge_facts(txn, fact, merging, ctx, report) if merging else upsert_fact(
