@@ -245,7 +245,8 @@ class AutoMemoryConfig(_Section):
     fact_confidence_threshold: float = Field(0.7, ge=0, le=1, description="Facts below are dropped.")
     max_facts: int = Field(100, ge=1, description="Most facts kept per place.")
     max_injection_tokens: int = Field(2000, ge=50, description="Token budget of the injected block.")
-    correction_share: float = Field(0.25, ge=0, le=1, description="Budget share reserved for corrections.")
+    correction_share: float = Field(0.25, ge=0, le=1, description="Kept for compatibility: corrections are now "
+                                    "reserved first and take what they need of the budget.")
     model: str | None = Field(None, description="Model id for extraction (default: light model).")
     min_interval_seconds: float = Field(1800.0, ge=0, description="Least time between two extractions of one "
                                         "session (the first is not held back; wins over max_wait_seconds).")
