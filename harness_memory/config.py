@@ -251,7 +251,8 @@ class AutoMemoryConfig(_Section):
     fact_confidence_threshold: float = Field(0.7, ge=0, le=1, description="Facts below are dropped.")
     max_facts: int = Field(100, ge=1, description="Most facts kept per place.")
     max_injection_tokens: int = Field(2000, ge=50, description="Token budget of the injected block.")
-    correction_share: float = Field(0.25, ge=0, le=1, description="Budget share reserved for corrections.")
+    correction_share: float = Field(0.25, ge=0, le=1, description="Kept for compatibility: corrections are now "
+                                    "reserved first and take what they need of the budget.")
     model: str | None = Field(None, description="Model id for extraction (default: light model).")
     min_interval_seconds: float = Field(1800.0, ge=0, description="Least time between two extractions of one "
                                         "session (the first is not held back; wins over max_wait_seconds).")
@@ -262,6 +263,9 @@ class AutoMemoryConfig(_Section):
     max_conversation_tokens: int = Field(8000, ge=500, description="Conversation tokens sent per extraction.")
     max_output_tokens: int = Field(2000, ge=100, description="Completion-token cap of an extraction call.")
     shutdown_flush_seconds: float = Field(10.0, ge=0, description="Time given to pending updates at exit.")
+    shutdown_flush_max_seconds: float = Field(300.0, ge=0, description="Most time the exit flush waits: pending "
+                                              "updates get the extraction model's measured latency each, at least "
+                                              "`shutdown_flush_seconds`; what is left is kept for the next start.")
     max_removals_per_update: int = Field(3, ge=0, description="Most facts one extraction may remove (each "
                                          "needs a replacing fact or a 'forget' in the user's words).")
     patterns_dir: Path | None = Field(None, description="Folder of signal pattern files (`<signal>.yaml`) that "

@@ -35,6 +35,21 @@ EXAMPLE_INTRO = ("An EXAMPLE about a made-up user — it shows the format only. 
 #: The example description the tools' refusal message gives (itself refused when copied).
 DESCRIPTION_HINT = "Backend engineer at a bank; reviews Go code"
 
+#: Examples in the texts of other parts we send a model — the tools' descriptions
+#: (``tools.py``: search_memories' query example) and the session summary template's title line
+#: (``session/summary.py``). Kept here as data, since this module sits below both; a test reads
+#: every tool description and template actually sent and checks each example in it is refused.
+SENT_EXAMPLES = (
+    "staging database password rotation",
+    "<a distinctive 5-10 word title of the session>",
+    "a distinctive 5-10 word title of the session",
+)
+
+#: Phrases of our own tool answers and error messages: a text holding one is a tool answer echoed
+#: back ("Nothing was saved. Write the description as …"), never a memory.
+OWN_MESSAGE = re.compile(r"nothing was (?:saved|changed|deleted|removed)|memory\.md updated|copied from the example"
+                         r"|call (?:save_file|list_files|read_file|search_memories)\b|^\W*error\s*:", re.IGNORECASE)
+
 #: Templates and examples of earlier versions (a model fine-tuned on, or caching, an old prompt).
 LEGACY_EXAMPLES = (
     "one line saying what this memory holds",
@@ -71,6 +86,10 @@ GENERIC = frozenset({"", "string", "text", "content", "fact", "thefact", "exampl
                      "sourceerror", "evidence", "reason", "description", "onelinedescription", "name",
                      "memory", "thememory"})
 MIN_EXAMPLE_CHARS = 12  # normalised; a shorter example text is only refused as a whole
+#: Normalised length from which a piece of an example ("Keeps the accounts in LibreOffice Calc."
+#: out of "Runs a bakery in Lyon; keeps the accounts in LibreOffice Calc.") is refused too.
+MIN_FRAGMENT_CHARS = 20
+_CLAUSE_SPLIT = re.compile(r"[;；。!?！？]|\.(?:\s|$)|,\s|，|\s[—–-]\s")
 _TEMPLATE = re.compile(r"^\s*(?:<[^<>]{1,80}>|\{[^{}]{1,80}\}|\[[^\[\]]{1,80}\])\s*$")
 _PUNCT_OR_SPACE = re.compile(r"[\s\W_]+", re.UNICODE)
 
@@ -84,19 +103,30 @@ class ExampleTexts:
     """A set of example texts, normalised once; ``match`` says which one a text copies."""
 
     def __init__(self, texts: Iterable[str]) -> None:
-        self._norm = frozenset(n for n in (normalize_text(t) for t in texts) if n)
+        whole = list(texts)
+        clauses = [c for t in whole for c in _CLAUSE_SPLIT.split(t)]  # each clause is an example too
+        self._norm = frozenset(n for n in (normalize_text(t) for t in [*whole, *clauses]) if n)
+        self._joined = "\x00".join(sorted(self._norm))
 
     def match(self, text: str) -> str | None:
         """The example ``text`` copies (normalised), or a bare placeholder it is, or None."""
         if bare_placeholder(text):
             return normalize_text(text) or "(empty)"
+        if OWN_MESSAGE.search(text):
+            return normalize_text(text)
         return self.example(text)
 
     def example(self, text: str) -> str | None:
         """The (normalised) example text ``text`` is, or contains when the example has at least
-        ``MIN_EXAMPLE_CHARS``; None when it copies none."""
+        ``MIN_EXAMPLE_CHARS``, or — when ``text`` has at least ``MIN_FRAGMENT_CHARS`` — the piece of
+        an example ``text`` is (then ``text`` itself, normalised); None when it copies none."""
         norm = normalize_text(text)
-        return next((e for e in self._norm if norm == e or (len(e) >= MIN_EXAMPLE_CHARS and e in norm)), None)
+        if not norm:
+            return None
+        hit = next((e for e in self._norm if norm == e or (len(e) >= MIN_EXAMPLE_CHARS and e in norm)), None)
+        if hit is None and len(norm) >= MIN_FRAGMENT_CHARS and norm in self._joined:
+            return norm
+        return hit
 
 
 def bare_placeholder(text: str) -> bool:
@@ -118,7 +148,7 @@ def registry() -> ExampleTexts:
     """Every example text we show any model: the memory-file example, the extraction prompt's worked
     example (``EXTRACTION_EXAMPLES``: data, this module imports nothing of ``auto``) and the legacy templates."""
 
-    return ExampleTexts([*_memory_file_texts(), *example_texts(), *LEGACY_EXAMPLES])
+    return ExampleTexts([*_memory_file_texts(), *example_texts(), *SENT_EXAMPLES, *LEGACY_EXAMPLES])
 
 
 def copied_example(text: str) -> str | None:
@@ -127,6 +157,7 @@ def copied_example(text: str) -> str | None:
 
 
 __all__ = ["DESCRIPTION_HINT", "EXAMPLE_BODY", "EXAMPLE_DESCRIPTION", "EXAMPLE_FILE_NAME", "EXAMPLE_INTRO",
-           "EXAMPLE_NAME", "FRONTMATTER_EXAMPLE", "GENERIC", "LEGACY_EXAMPLES", "ExampleTexts", "bare_placeholder",
+           "EXAMPLE_NAME", "FRONTMATTER_EXAMPLE", "GENERIC", "LEGACY_EXAMPLES", "OWN_MESSAGE", "SENT_EXAMPLES",
+           "ExampleTexts", "bare_placeholder",
            "copied_example",
            "normalize_text", "registry"]

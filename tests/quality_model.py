@@ -165,6 +165,9 @@ class FailingModel(GoodModel):
                  {"content": "Use pandas instead of Polars" if any("Polars" in x for x in lines)
                   else "Use Excel, not LibreOffice", "category": "correction", "confidence": 0.95,
                   "sourceError": "what the assistant did wrong"}]
+        # a merge of the facts it also removes (issue #31: refused whole, nothing folded)
+        facts.append({"content": "Has a cat and plays chess", "category": "context", "confidence": 0.95,
+                      "merges": _fact_ids(req)})
         removals = [{"id": fid, "reason": "outdated"} for fid in _fact_ids(req)]
         answer = {"user": {}, "newFacts": facts, "factsToReinforce": [], "factsToRemove": removals}
         return text(json.dumps(answer, ensure_ascii=False), **_usage("extraction"))

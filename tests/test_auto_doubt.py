@@ -71,7 +71,9 @@ def test_placeholders_never_become_memories(auto: AutoMemory, llm_server: Script
         ("No, actually: use Rust for CLI tools, not Go.", "Rewritten in Rust."))
     assert contents(auto) == ["Is a data scientist", "Uses Rust for CLI tools"]
     [rust] = [f for f in auto.list_facts("u1") if f.content == "Uses Rust for CLI tools"]
-    assert rust.category is Category.CORRECTION and rust.source_error is None  # the placeholder source dropped
+    # the placeholder source dropped; with no wrong belief left it is no correction (issue #30)
+    assert rust.category is Category.PREFERENCE and rust.source_error is None
+    assert auto.rejections["correction_without_mistake"] == 1
     profile = auto.get_profile("u1")
     assert "workContext" not in profile.to_json() and profile.to_json()["personalContext"].startswith("Prefers")
     assert auto.rejections["placeholder"] == 7 and auto.rejections["placeholder_source_error"] == 1

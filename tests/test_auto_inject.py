@@ -72,7 +72,7 @@ def test_corrections_keep_their_share_against_many_confident_facts() -> None:
     corr_tokens = sum(count_tokens(ln) for ln in block.splitlines() if ln.startswith("- Correction"))
     assert corr_tokens > 0.15 * 600
     none = render_injection_block(AutoView(facts), None, max_tokens=600, correction_share=0.0, today=TODAY)
-    assert "- Correction" not in none  # without a reserve the more confident facts win
+    assert none == block  # issue #31: corrections come first whatever the share says
 
 
 @pytest.mark.parametrize("budget", [50, 150, 400, 2000])  # 150: the frame (with DATA_NOTE) + one line
@@ -83,8 +83,9 @@ def test_any_budget_is_respected(budget: int) -> None:
     assert count_tokens(block) <= budget
     if budget < 100:
         assert block == ""  # smaller than the frame: nothing rather than over budget
-    else:
-        assert "<current_date>2026-11-05, Thursday</current_date>" in block and "- Work context: word" in block
+    else:  # corrections first (issue #31), then the profile when there is room
+        assert "<current_date>2026-11-05, Thursday</current_date>" in block and "- Correction " in block
+        assert ("- Work context: word" in block) is (budget >= 400)
 
 
 def test_empty_memory_renders_nothing() -> None:

@@ -80,24 +80,26 @@ def test_the_model_merges_paraphrases_keeping_confidence_and_source(auto: AutoMe
     apply(auto, UpdatePlan(new_facts=[NewFact("Installs packages with pnpm", Category.PREFERENCE, 0.8),
                                       NewFact("Likes pnpm workspaces", Category.PREFERENCE, 0.75)]))
     before = facts(auto)
-    manual = auto.add_fact("u1", "Keeps the lockfile in git", "behavior", 0.9)
-    ids = [before[c].id for c in ("Use pnpm, not npm", "Installs packages with pnpm", "Likes pnpm workspaces")]
+    ids = [before[c].id for c in ("Installs packages with pnpm", "Likes pnpm workspaces")]
     llm_server.script(text(json.dumps({"newFacts": [
-        {"content": "Always installs with pnpm (workspaces too), never npm", "category": "preference",
-         "confidence": 0.9, "evidence": "pnpm for every install", "merges": [*ids, manual.id, "fact-nothere"]}]})))
+        {"content": "Always installs with pnpm, workspaces too", "category": "preference",
+         "confidence": 0.9, "evidence": "pnpm for every install", "merges": ids},
+        {"content": "Installs with pnpm and never npm", "category": "preference",  # names a correction
+         "confidence": 0.9, "evidence": "pnpm for every install", "merges": [before["Use pnpm, not npm"].id]}]})))
     auto.capture("u1", "s2", [{"role": "user", "content": "Remember: pnpm for every install, workspaces too."},
                               {"role": "assistant", "content": "Got it."}])
     assert auto.flush(10)
     prompt = llm_server.chat_requests[0].messages[-1]["content"]
     assert "<possible_duplicates>" in prompt and ids[1] in prompt  # look-alikes shown for merging
     now = facts(auto)
-    assert set(now) == {"Always installs with pnpm (workspaces too), never npm", "Keeps the lockfile in git"}
-    merged = now["Always installs with pnpm (workspaces too), never npm"]
+    assert set(now) == {"Always installs with pnpm, workspaces too", "Use pnpm, not npm"}
+    merged = now["Always installs with pnpm, workspaces too"]
     assert merged.id == ids[0]  # the most confident source's id, source and creation time
-    assert (merged.category, merged.confidence, merged.source_error) == (Category.CORRECTION, 0.97, "ran npm install")
-    assert merged.source == before["Use pnpm, not npm"].source == "auto:s1"
-    assert merged.created == before["Use pnpm, not npm"].created and merged.confirmations == 4
-    assert auto.rejections["merge_manual_fact"] == 1 and auto.rejections["merge_unknown_id"] == 1
+    assert (merged.category, merged.confidence, merged.source_error) == (Category.PREFERENCE, 0.9, None)
+    assert merged.source == before["Installs packages with pnpm"].source == "auto:s1"
+    assert merged.created == before["Installs packages with pnpm"].created and merged.confirmations == 3
+    assert now["Use pnpm, not npm"] == before["Use pnpm, not npm"]  # a correction is never merged (#31)
+    assert auto.rejections["merge_correction"] == 1
 
 
 # -- confirmation ---------------------------------------------------------------------------------

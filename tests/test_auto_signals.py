@@ -10,6 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from harness_memory.auto import SignalPatterns, Signals, capture_messages, default_patterns
 from harness_memory.auto.signals import BUNDLED, SIGNALS
@@ -26,6 +28,8 @@ CASES = {
     "goal": ["I plan to migrate to uv", "my goal is to pass the AWS exam", "我打算下个月学 Rust", "我的目标是转岗"],
     "decision": ["let's go with uv", "We decided to drop Python 2", "我们决定用 PostgreSQL", "那就用 Redis 吧"],
     "forget": ["forget what I said about Java", "I no longer use Windows", "忘掉我之前说的地址", "我已经不用 Vim 了"],
+    "remember": ["Remember that I deploy on Fridays", "please remember: my editor is Helix", "Don't forget I use uv",
+                 "记住：周五发布", "请记住我用 uv", "别忘了我下周去东京"],
 }
 NOTHING = ["what is the weather", "I'm going to check the logs", "I am not sure", "我是说这个函数", "帮我写个报告",
            "It's not perfect"]
@@ -101,3 +105,40 @@ def test_a_deployment_adds_patterns_and_signals(tmp_path: Path, make_config: Cal
     assert 'record no "correction" facts' in prompt
     auto.close(1)
     services.close()
+
+
+# -- issue #30: phrasings a weak model's users write, generalised ------------------------------------
+CLAUSE = st.text(st.sampled_from("写数据处理脚本时平常工作里报告的在这类项目中用来做分析周末家里公司"), max_size=14)
+TOOL = st.sampled_from(["polars", "uv", "Go", "Rust", "Vim", "中文", "英文"])
+
+
+@given(between=CLAUSE, how=st.sampled_from(["更", "比较", "最", "一直", "通常"]), tool=TOOL)
+def test_a_chinese_preference_with_words_between(between: str, how: str, tool: str) -> None:
+    assert "preference" in default_patterns().detect_text(f"我{between}{how}喜欢用 {tool}")
+
+
+@given(place=st.sampled_from(["杭州一家银行", "一家创业公司", "北京的研究所", "腾讯", ""]), between=CLAUSE,
+       role=st.sampled_from(["后端工程师", "数据分析师", "产品经理", "老师", "研究员", "架构师"]))
+def test_a_chinese_role_after_a_place(place: str, between: str, role: str) -> None:
+    assert "identity" in default_patterns().detect_text(f"我是{place}的{between}{role}")
+
+
+@given(when=st.sampled_from(["以后", "今后", "从现在起"]), between=CLAUSE, lang=TOOL,
+       verb=st.sampled_from(["写", "回答", "回复"]))
+def test_a_chinese_rule_for_later(when: str, between: str, lang: str, verb: str) -> None:
+    assert "preference" in default_patterns().detect_text(f"{when}{between}都用{lang}{verb}")
+
+
+@given(ask=st.sampled_from(["Remember that", "remember:", "Please remember,", "Also remember that", "Don't forget",
+                            "Never forget that", "Keep in mind that", "记住", "请记住", "你要记住", "别忘了",
+                            "不要忘记"]),
+       fact=st.sampled_from(["I deploy on Fridays", "my cat is Miso", "我用 uv", "周五发布", "我下周去东京"]))
+def test_asking_to_remember_is_a_signal_and_not_a_forget(ask: str, fact: str) -> None:
+    found = default_patterns().detect_text(f"{ask} {fact}")
+    assert "remember" in found and "forget" not in found
+
+
+@pytest.mark.parametrize("message", ["I don't remember the name", "Do you remember when we used Go?",
+                                     "I can't remember how", "我记不住这个命令", "你还记得吗", "日记一下子写完了"])
+def test_not_remembering_is_no_remember_signal(message: str) -> None:
+    assert "remember" not in default_patterns().detect_text(message)

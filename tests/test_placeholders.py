@@ -8,21 +8,30 @@ MEMORY.md said nothing. Here the scripted model does the same through ``build_ag
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from harness_memory import build_agent
-from harness_memory.auto.prompt import EXAMPLE_CONVERSATION, example_texts
+from harness_memory.auto.doubt import Conversation
+from harness_memory.auto.prompt import EXAMPLE_CONVERSATION, PLACEHOLDERS, example_texts
 from harness_memory.config import MemoryConfig
 from harness_memory.examples import (
     DESCRIPTION_HINT,
     EXAMPLE_BODY,
     EXAMPLE_DESCRIPTION,
     FRONTMATTER_EXAMPLE,
+    MIN_FRAGMENT_CHARS,
+    bare_placeholder,
     copied_example,
+    normalize_text,
+    registry,
 )
 from harness_memory.services import services_for
+from harness_memory.session.summary import SummaryRejected, parse_summary, render_summary, summary_system_prompt
 from tests.fakellm import ScriptedLLM, text, tool_calls
 
 OLD_TEMPLATE = ("---\nname: user_role\ndescription: one line saying what this memory holds\ntype: user\n---\n\n"
@@ -109,3 +118,78 @@ def test_one_registry_covers_every_example_and_real_text_passes() -> None:
     for real in ["Data engineer at Nordwind; writes Airflow DAGs", "偏好用中文写周报", "Runs the Lyon office's payroll",
                  "user_role"]:
         assert copied_example(real) is None, real
+
+
+# -- issue #30: every example we send a model, and pieces of them ------------------------------------
+def _quoted(text: str) -> list[str]:
+    """The quoted multi-word texts (examples) in a tool description or a template."""
+    return [q for q in re.findall(r'"([^"\n]{3,200})"', text) if " " in q.strip()]
+
+
+def _strings(data: object) -> list[str]:
+    """Every string in a JSON value (the tool schemas as sent: descriptions of tools and parameters)."""
+    if isinstance(data, str):
+        return [data]
+    if isinstance(data, dict):
+        return [s for v in data.values() for s in _strings(v)]
+    if isinstance(data, list):
+        return [s for v in data for s in _strings(v)]
+    return []
+
+
+def test_every_example_in_the_tool_descriptions_sent_is_refused(cfg: MemoryConfig, llm_server: ScriptedLLM) -> None:
+    llm_server.script(text("hi"))
+    build_agent("u1", config=cfg).run("hello")
+    examples = [q for description in _strings(llm_server.chat_requests[0].tools) for q in _quoted(description)]
+    assert "staging database password rotation" in examples  # search_memories' example, as the model saw it
+    for example in examples:
+        assert copied_example(example) is not None, example
+        assert copied_example(f"Remember: {example}.") is not None, example
+
+
+def test_the_summary_template_title_is_never_a_summary_title() -> None:
+    template = summary_system_prompt(4000)
+    title_line = next(line for line in template.splitlines() if line.startswith("# "))
+    assert copied_example(title_line) is not None and copied_example(title_line.lstrip("# ")) is not None
+    copy = "\n".join(line for line in template.splitlines() if line.startswith("#") or line.startswith("<"))
+    with pytest.raises(SummaryRejected):  # the whole template handed back: every section is a placeholder
+        parse_summary(copy)
+    answer = title_line + "\n## Current State\n- tests pass\n## Task\n- fix the build\n## Worklog\n- ran make"
+    doc = parse_summary(answer)
+    assert doc.title == "" and doc.sections["state"] == "- tests pass"
+    assert render_summary(doc, 4000).startswith("# Session summary\n")
+
+
+@pytest.mark.parametrize("piece", [
+    "Keeps the accounts in LibreOffice Calc.",  # the clause of the worked example's profile summary
+    "keeps the accounts in libreoffice calc",
+    "database password rotation",  # a piece of search_memories' example
+    "Their warehouse is BigQuery",  # a sentence of the memory-file example's body
+])
+def test_pieces_of_examples_are_copies_too(piece: str) -> None:
+    assert copied_example(piece) is not None
+    assert PLACEHOLDERS.copied(piece, Conversation.of(["I run a shop."], []))  # the auto-memory check agrees
+    assert not PLACEHOLDERS.copied(piece, Conversation.of([f"Note: {piece}"], []))  # unless the user said it
+
+
+@given(st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), min_size=1, max_size=40))
+def test_the_copy_check_never_raises_and_short_texts_need_a_whole_match(words: str) -> None:
+    hit = copied_example(words)
+    if hit is not None and len(normalize_text(words)) < MIN_FRAGMENT_CHARS:
+        assert hit in registry()._norm or bare_placeholder(words) or any(  # type: ignore[attr-defined]
+            len(e) >= 12 and e in normalize_text(words) for e in registry()._norm)  # type: ignore[attr-defined]
+
+
+def test_a_tool_error_message_echoed_back_is_no_memory(cfg: MemoryConfig, llm_server: ScriptedLLM) -> None:
+    """A weak model answered with the tool's error message; saved as a memory it would tell the
+    next session nothing (the error of the first save is the second save's description)."""
+    llm_server.script(tool_calls([("save_file", {"file_name": "user_role.md", "content": OLD_TEMPLATE})]), text("x"))
+    build_agent("u1", config=cfg).run("I'm a data engineer. Remember this.")
+    (error,) = tool_results(llm_server)
+    assert copied_example(error) is not None and copied_example(" ".join(error.split()[:12])) is not None
+    echo = GOOD.replace("Data engineer at Nordwind; writes Airflow DAGs in Python", " ".join(error.split()[:14]))
+    llm_server.script(tool_calls([("save_file", {"file_name": "user_role.md", "content": echo})]), text("x"))
+    build_agent("u1", config=cfg).run("Remember it.")
+    (again,) = tool_results(llm_server)
+    assert again.startswith("Error:") and services_for(cfg).user_agent_dir("u1").list_entries() == []
+    assert PLACEHOLDERS.copied("Nothing was saved. Write the description as one line", Conversation.of(["hi"], []))

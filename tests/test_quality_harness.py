@@ -110,6 +110,11 @@ def test_a_failing_model_is_counted_and_memory_still_holds(run_with: Callable[..
     assert t["wrong_corrections_stored"] == 0
     assert t["wrong_removals_proposed"] == 2 * len(FAILING_SCENARIOS) and t["facts_wrongly_removed"] == 0
     assert report.failures()["summaries_lost"] == len(FAILING_SCENARIOS)
+    # 5. merges of facts the same answer removes: each refused whole, none applied (issue #31)
+    assert all(r.merges.proposed >= 1 and r.merges.refused == r.merges.proposed and r.merges.applied == 0
+               for r in report.results), [(r.key, r.merges) for r in report.results]
+    assert set(report.results[0].merges.reasons) == {"merge_id_reused"}
+    assert "Merges proposed/applied/refused: " in render_markdown(report)
 
 
 @pytest.mark.parametrize("content, wrong", [

@@ -49,6 +49,7 @@ from harness_memory.services import MemoryServices
 from harness_memory.session.binding import bind_session_id
 from harness_memory.session.records import ExtractStatus
 
+from .merges import MergeCounts, merge_counts, merge_line
 from .proxy import Call, RecordingProxy
 from .scenarios import DISTRACTORS, SEED_FACTS, Scenario, pick
 
@@ -90,6 +91,7 @@ class ScenarioResult:
     correction_right: bool | None = None
     wrong_removals_proposed: int = 0
     facts_wrongly_removed: int = 0
+    merges: MergeCounts = field(default_factory=MergeCounts)
     recall_hit: bool | None = None
     #: Facts naming something (a capitalised or CamelCase word, a version) the user never said in
     #: either session: invented ("RDataFrame") or taken from the assistant's words ("Python").
@@ -417,6 +419,7 @@ class Harness:
         if s.correction is not None:
             res.correction_right = any(not correction_is_wrong(f.content, s) for f in judged_corrections)
         res.facts_wrongly_removed = len(seed_ids - {f.id for f in facts})
+        res.merges = merge_counts(auto.results, user)
         return until
 
     def _session_two(self, s: Scenario, user: str, res: ScenarioResult) -> None:
@@ -505,6 +508,7 @@ def render_markdown(report: Report, *, note: str = "") -> str:
                 cells.append(_cell(getattr(r, key)))
         lines.append(f"| {r.key} | " + " | ".join(cells) + " |")
     lines += ["", "Totals: " + ", ".join(f"{k} {v}" for k, v in report.totals().items()), "",
+              merge_line((r.key, r.merges) for r in report.results), "",
               "Failures that reached memory (must be 0): "
               + ", ".join(f"{k} {v}" for k, v in report.failures().items()), "",
               "| calls by purpose | calls | client gave up | mean s | p50 s | max s | prompt tok | completion tok |",

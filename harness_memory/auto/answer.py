@@ -22,7 +22,10 @@ _ALIASES = {"new_facts": "newFacts", "facts": "newFacts", "facts_to_remove": "fa
             "reinforce": "factsToReinforce"}
 _TOP = ("user", "history", "newFacts", "factsToRemove", "factsToReinforce")
 _LISTS = ("newFacts", "factsToRemove", "factsToReinforce")
-_MAX_MERGES = 8
+#: Ids of one ``merges`` list kept from the answer: far above the apply step's cap
+#: (``plan.MAX_MERGE_SOURCES``), so a list over the cap is seen as one and refused whole there,
+#: never quietly cut to the cap here (10 facts became 3 that way).
+_MAX_PARSED_MERGES = 64
 
 
 def _normalised(data: object) -> dict[str, Any] | None:
@@ -113,7 +116,7 @@ def parse_fact(item: object) -> NewFact | None:
     days = _number(item.get("validDays", item.get("expected_valid_days")))
     merges = item.get("merges", item.get("mergesWith", []))
     merge_ids = tuple(fid for fid in (_fact_id(m) for m in (merges if isinstance(merges, list) else [merges]))
-                      if fid)[:_MAX_MERGES]
+                      if fid)[:_MAX_PARSED_MERGES]
     return NewFact(content.strip(), Category.coerce(item.get("category")), confidence if confidence is not None
                    else None, _text(error), _text(evidence), _text(scope), _text(expires),
                    days if isinstance(days, float) else None, merge_ids)

@@ -10,11 +10,15 @@ the model says. In order:
 3. **New facts**: upload sentences scrubbed, confidence clamped to [0, 1] and thresholded, then
    doubted (``doubt.py``) — placeholders, task-scoped facts and facts only the assistant said are
    refused; a ``correction`` needs a correction signal in the user's own words (then it is raised
-   to 0.95), unless it restates a correction already stored. A fact restating a stored one (same
-   words, or the same content words in the same order) refreshes it: higher confidence kept,
-   confirmation counted when the user's words carry it. ``merges`` folds the named facts into
-   the highest-confidence one of them: its id, ``source`` and creation time stay, the highest
-   confidence and a correction's ``sourceError`` are kept, confirmations add up.
+   to 0.95). A fact restating a stored one (same words, or the same content words in the same
+   order) refreshes it: higher confidence kept, confirmation counted when the user's words carry
+   it. ``merges`` folds the named facts into the highest-confidence one of them: its id,
+   ``source`` and creation time stay, the highest confidence is kept, confirmations add up. A
+   merge is all or nothing (``_check_merges``): one naming an unknown id, an id another merge or
+   a removal of the same answer already names, more than ``MAX_MERGE_SOURCES`` ids, a fact
+   changed since the model saw it, or a protected fact (a correction — each says what to avoid —
+   or a fact a person entered or edited) is refused whole: every source stays as it was and the
+   merged text is not stored (it restates facts that are all still there).
 4. **Reinforcement**: ``factsToReinforce`` counts only with a reinforcement signal.
 5. **Removals** need a reason: the new fact that replaces the old one (``replacedBy``, which must
    have been stored under another id) or a "forget" signal in the user's words; facts a person
@@ -32,14 +36,16 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
-from .doubt import Evidence, reversed_correction, task_scope_label, terms
+from .doubt import Evidence, mistake_text, reversed_correction, says_something, task_scope_label, terms
 from .lifecycle import expiry_for, is_expired, paraphrase_key, to_evict
 from .model import MAX_FACT_CHARS, MAX_SECTION_CHARS, MAX_SOURCE_ERROR_CHARS, Category, Fact, clean_section, one_line
 from .plan import (
     CORRECTION_MIN_CONFIDENCE,
+    MAX_MERGE_SOURCES,
     ApplyContext,
     ApplyReport,
     ApplyRules,
+    MergeRefusal,
     NewFact,
     UpdatePlan,
     scrub_uploads,
@@ -47,7 +53,6 @@ from .plan import (
 from .store import AutoTxn, AutoView, new_fact_id, now_iso
 
 log = logging.getLogger(__name__)
-MAX_MERGE_SOURCES = 8
 
 
 def apply_plan(plan: UpdatePlan, txn: AutoTxn, snapshot: AutoView, rules: ApplyRules, ctx: ApplyContext,
@@ -58,11 +63,16 @@ def apply_plan(plan: UpdatePlan, txn: AutoTxn, snapshot: AutoView, rules: ApplyR
     _apply_profile(plan, txn, snapshot, ctx, report)
     review_expired(txn, ctx.today, report)
     stored: dict[int, str] = {}  # index in new_facts -> id of the fact it became
+    merges = _check_merges(plan, txn, snapshot, report)
     for index, proposed in enumerate(plan.new_facts):
-        merging = _merge_sources(proposed, txn, snapshot, report)
-        fact = prepare_fact(proposed, rules.threshold, ctx, report,
-                            restates_correction=any(f.category is Category.CORRECTION for f in merging))
+        merging = merges.get(index, [])
+        if merging is None:
+            continue  # the merge was refused whole
+        fact = prepare_fact(proposed, rules.threshold, ctx, report)
         if fact is None:
+            if merging:  # the merged text itself was refused (its reason counted): the sources stay
+                report.merges_refused.append(MergeRefusal(proposed.content, tuple(f.id for f in merging),
+                                                          "merge_text_refused"))
             continue
         confirmed = ctx.conversation.evidence(fact.content, proposed.evidence) is Evidence.USER
         kept = merge_facts(txn, fact, merging, ctx, report) if merging else upsert_fact(
@@ -87,10 +97,14 @@ def prepare_fact(proposed: NewFact, threshold: float, ctx: ApplyContext | None, 
     error = one_line(scrub_uploads(proposed.source_error or ""), MAX_SOURCE_ERROR_CHARS) or None
     confidence = None if proposed.confidence is None else min(1.0, max(0.0, proposed.confidence))
     is_correction = proposed.category is Category.CORRECTION
+    category = proposed.category
     if ctx is not None:
         placeholders = ctx.placeholders
         if placeholders is not None and placeholders.copied(content, ctx.conversation):
             report.reject("placeholder", content)
+            return None
+        if not says_something(content):
+            report.reject("no_content", content)  # "Remember that": an instruction, not a fact
             return None
         if error and placeholders is not None and placeholders.copied(error, ctx.conversation):
             report.reject("placeholder_source_error", error)
@@ -107,6 +121,13 @@ def prepare_fact(proposed: NewFact, threshold: float, ctx: ApplyContext | None, 
         if is_correction and reversed_correction(content, ctx.conversation.user):
             report.reject("correction_reversed", content)
             return None
+        if is_correction:
+            error = mistake_text(content, error)
+            if error is None or not says_something(error):
+                # a correction needs the wrong belief as well as the right one; without it the
+                # fact is kept as what it is, a preference, and is not raised to 0.95
+                report.reject("correction_without_mistake", content)
+                is_correction, category, error = False, Category.PREFERENCE, None
         if is_correction and boost_corrections and ctx.signals.correction:
             confidence = max(confidence or 0.0, CORRECTION_MIN_CONFIDENCE)
     if confidence is None or confidence < threshold:
@@ -116,7 +137,7 @@ def prepare_fact(proposed: NewFact, threshold: float, ctx: ApplyContext | None, 
         expires = expiry_for(proposed.expires, proposed.valid_days, content, ctx.today)
     else:
         expires = proposed.expires or ""
-    return NewFact(content, proposed.category, confidence, error if is_correction else None,
+    return NewFact(content, category, confidence, error if is_correction else None,
                    proposed.evidence, proposed.scope, expires or None, None, proposed.merges)
 
 
@@ -167,24 +188,48 @@ def _restated(view: AutoView, content: str) -> Fact | None:
     return None
 
 
-def _merge_sources(proposed: NewFact, txn: AutoTxn, snapshot: AutoView, report: ApplyReport) -> list[Fact]:
-    """The stored facts ``proposed.merges`` may fold in: existing, automatic, unchanged since the
-    model saw them, at most ``MAX_MERGE_SOURCES``."""
-    sources: list[Fact] = []
-    for fid in dict.fromkeys(proposed.merges):
-        fact = txn.view.facts.get(fid)
-        seen = snapshot.facts.get(fid)
+def _check_merges(plan: UpdatePlan, txn: AutoTxn, snapshot: AutoView,
+                  report: ApplyReport) -> dict[int, list[Fact] | None]:
+    """The stored facts each merging new fact folds in (by its index in ``new_facts``), or None
+    for a merge refused whole (see the module doc). Checked for the whole answer before anything
+    is applied: a later merge or a removal can then never find a source already consumed."""
+    removed = set(plan.remove_ids)
+    claimed: set[str] = set()
+    out: dict[int, list[Fact] | None] = {}
+    for index, proposed in enumerate(plan.new_facts):
+        if not proposed.merges:
+            continue
+        report.merges_proposed += 1
+        ids = tuple(dict.fromkeys(proposed.merges))
+        reason = _merge_refusal(ids, txn, snapshot, removed, claimed)
+        claimed.update(ids)
+        if reason is None:
+            out[index] = [txn.view.facts[fid] for fid in ids]
+            continue
+        out[index] = None
+        report.merges_refused.append(MergeRefusal(proposed.content, ids, reason))
+        report.reject(reason, f"{proposed.content} <- {', '.join(ids)}")
+    return out
+
+
+def _merge_refusal(ids: tuple[str, ...], txn: AutoTxn, snapshot: AutoView, removed: set[str],
+                   claimed: set[str]) -> str | None:
+    """Why a merge of ``ids`` is refused, or None when it may be applied."""
+    if len(ids) > MAX_MERGE_SOURCES:
+        return "merge_too_many"
+    for fid in ids:
+        fact, seen = txn.view.facts.get(fid), snapshot.facts.get(fid)
         if fact is None or seen is None:
-            report.reject("merge_unknown_id", fid)
-        elif seen.stamp != fact.stamp:
-            report.reject("merge_edited_meanwhile", fid)
-        elif fact.is_manual:
-            report.reject("merge_manual_fact", fid)
-        elif len(sources) >= MAX_MERGE_SOURCES:
-            report.reject("merge_too_many", fid)
-        else:
-            sources.append(fact)
-    return sources
+            return "merge_unknown_id"
+        if fid in claimed or fid in removed:
+            return "merge_id_reused"
+        if seen.stamp != fact.stamp:
+            return "merge_edited_meanwhile"
+        if fact.is_manual:
+            return "merge_manual_fact"
+        if fact.category is Category.CORRECTION:
+            return "merge_correction"
+    return None
 
 
 def merge_facts(txn: AutoTxn, fact: NewFact, sources: list[Fact], ctx: ApplyContext, report: ApplyReport) -> Fact:

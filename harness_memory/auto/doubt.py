@@ -8,8 +8,9 @@ check here compares the proposal with what was actually there:
 * **placeholders** — text copied from our own prompt examples and templates, or a bare
   placeholder ("...", "<fact>"), is refused unless the user really said it;
 * **evidence** — a fact must come from the user's words. The model quotes them (``evidence``);
-  a quote found only in the assistant's replies, or (without a usable quote) a fact whose words
-  appear in the assistant's replies but nowhere in the user's, is refused. When neither tells
+  a fact whose words appear in the assistant's replies but not in the user's is refused. A quote
+  found only in the assistant's replies does not decide alone: the fact's own words do (a weak
+  model quotes the reply that repeated what the user said; the user's fact is kept). When neither tells
   (a paraphrase, another language), the fact is let through — refusing every translation would
   lose more than it saves;
 * **scope** — a fact the model labels as task/session-scoped, or whose text is about the task at
@@ -23,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from ..examples import LEGACY_EXAMPLES, ExampleTexts, bare_placeholder, normalize_text
+from ..examples import LEGACY_EXAMPLES, ExampleTexts, bare_placeholder, normalize_text, registry
 
 #: Scope labels that keep a fact out of user memory.
 TASK_SCOPES = frozenset({"session", "task", "thread", "project", "repo", "repository", "conversation", "chat",
@@ -83,16 +84,22 @@ class Conversation:
         if self.empty:
             return Evidence.UNKNOWN
         q = normalize_text(quote or "")
+        quoted_assistant = False
         if len(q) >= 4:
             if q in self._user_norm or _overlap(q, self._user_norm) >= 0.7:
                 return Evidence.USER
-            if q in self._assistant_norm or _overlap(q, self._assistant_norm) >= 0.7:
-                return Evidence.ASSISTANT_ONLY
+            quoted_assistant = q in self._assistant_norm or _overlap(q, self._assistant_norm) >= 0.7
         wanted = terms(content)
         if not wanted:
-            return Evidence.UNKNOWN
+            return Evidence.ASSISTANT_ONLY if quoted_assistant else Evidence.UNKNOWN
         from_user = len(wanted & self._user_terms)
         only_assistant = len((wanted & self._assistant_terms) - self._user_terms)
+        if quoted_assistant:
+            # The quote is the assistant's, but the fact's words may still be the user's (a weak
+            # model quotes the reply that repeated them): judged by the words, a majority of
+            # which must be the user's and no fewer than those only the assistant said.
+            user_words = 2 * from_user > len(wanted) and from_user >= only_assistant
+            return Evidence.USER if user_words else Evidence.ASSISTANT_ONLY
         if from_user >= max(1, round(0.34 * len(wanted))):
             return Evidence.USER
         if only_assistant >= 2 and only_assistant >= 2 * from_user and 2 * only_assistant >= len(wanted):
@@ -150,7 +157,7 @@ class Placeholders:
         """Whether ``text`` is a placeholder or copies an example (and the user did not say it)."""
         if bare_placeholder(text) or normalize_text(text) in _FIELD_PHRASES:
             return True
-        hit = self._texts.example(text)
+        hit = self._texts.example(text) or registry().match(text)  # every example and message we send a model
         if hit is None:
             return False
         return not (conversation is not None and conversation.user_said(hit))
@@ -206,3 +213,53 @@ def reversed_correction(content: str, user_texts: Iterable[str]) -> bool:
 def task_scope_label(scope: object) -> bool:
     """Whether the model labelled a fact as belonging to the task/session, not the user."""
     return isinstance(scope, str) and scope.strip().lower() in TASK_SCOPES
+
+
+# -- what a fact says, and what a correction says to avoid ---------------------------------------
+#: An instruction to remember, or a bare pointer, in front of what is to be remembered: not content.
+_PREAMBLE = re.compile(
+    r"^\W*(?:(?:please|pls|and|also|oh|ok(?:ay)?|so|hey)\W+)*"
+    r"(?:remember|note|keep\s+in\s+mind|don'?t\s+forget|do\s+not\s+forget|never\s+forget|fyi|correction|"
+    r"请记住|记住|记得|别忘了|不要忘了|别忘记|不要忘记|注意|纠正一下|更正)"
+    r"(?:\W+(?:that|this|it|the\s+following))?\W*", re.IGNORECASE)
+_POINTERS = frozenset({"that", "this", "it", "thi", "these", "those", "here", "there", "following", "one", "thing",
+                       "stuff", "something", "ok", "okay", "yes", "no", "please", "thank", "thanks", "sure",
+                       "right", "wrong", "correct", "incorrect", "again", "now", "too", "also", "just"})
+
+
+def says_something(text: str | None) -> bool:
+    """Whether ``text`` states anything once an instruction to remember ("Remember that",
+    "请记住") and bare pointers ("that", "this", "ok") are set aside."""
+    if not text:
+        return False
+    rest = _PREAMBLE.sub("", text.strip(), count=1)
+    return bool(terms(rest) - _POINTERS)
+
+
+def _directions(text: str) -> tuple[set[str], set[str]]:
+    """(names ``text`` says to use, names it says not to use), in a fact's or a user's wording."""
+    want, avoid = user_directions([text])
+    for pattern in _FACT_WANT_AVOID:
+        match = pattern.search(text)
+        if match:
+            want.add(match.group(1).casefold())
+            avoid.add(match.group(2).casefold())
+    return want, avoid - want
+
+
+def mistake_text(content: str, source_error: str | None) -> str | None:
+    """What a correction says to avoid, never holding the corrected belief itself.
+
+    A weak model puts the user's whole correction into ``sourceError`` ("No, don't use pandas …
+    use Polars …"), which rendered as ``(avoid: … use Polars …)`` tells the agent to avoid the
+    right way. When the error text says to use what ``content`` says to use, or restates the
+    content, only the names it says not to use are kept (``pandas``), or nothing."""
+    if not source_error or not source_error.strip():
+        return None
+    err_want, err_avoid = _directions(source_error)
+    right = _directions(content)[0]
+    norm_content, norm_error = normalize_text(content), normalize_text(source_error)
+    carries_belief = bool(err_want & right) or (bool(norm_content) and norm_content in norm_error)
+    if not carries_belief and says_something(source_error) and norm_error != norm_content:
+        return source_error
+    return ", ".join(sorted(err_avoid - right)) or None

@@ -13,6 +13,7 @@ import logging
 
 from ..errors import HarnessMemoryError
 from .apply import evict, prepare_fact, review_expired, upsert_fact
+from .history import UpdateRecord
 from .lifecycle import expiry_for
 from .model import (
     MAX_FACT_CHARS,
@@ -53,6 +54,11 @@ class FactAPI:
         """Facts of the user's (or the shared) auto place, most confident first."""
         view = self._place(user_id, shared).read()
         return sorted(view.facts.values(), key=lambda f: (-f.confidence, f.id))
+
+    def history(self, user_id: str | None, *, shared: bool = False) -> list[UpdateRecord]:
+        """The place's last automatic updates, oldest first: what each changed and what the rules
+        refused (merges refused whole with their ids and reason)."""
+        return list(self._place(user_id, shared).read_watermarks().history)
 
     def get_profile(self, user_id: str | None, *, shared: bool = False) -> Profile:
         return self._place(user_id, shared).read().profile

@@ -2,11 +2,14 @@
 
 Why a budget and this order (DeerFlow's): a user may have a hundred facts; only the most
 useful fit in front of every request. The profile summaries come first (the broad picture),
-then facts by confidence until ``max_injection_tokens`` is reached. Corrections get a reserved
-share of the budget (``correction_share``) so a pile of confident preferences can never push
-out "don't do X again" — they are rendered with ``(avoid: …)``. Any unused reserve goes back
-to the other facts. ``<current_date>`` (with the weekday) lets the model resolve "next week"; a
-time-bound fact shows its last day, and one past it is not shown at all.
+then facts by confidence until ``max_injection_tokens`` is reached. The correction lines are
+reserved first, before the profile or any fact: when room is short, the profile and the
+least confident facts are trimmed, never a correction for them (a long profile pushed "never
+use pip" out of a 200-token budget) — a correction is the one thing the agent must not get
+wrong twice; they are rendered with ``(avoid: …)``. Only when the corrections alone exceed the
+budget are the least confident corrections left out. ``<current_date>`` (with the weekday)
+lets the model resolve "next week"; a time-bound fact shows its last day, and one past it is
+not shown at all.
 
 The block is meant for the agent's ``additional_context`` (the system prompt): the model sees
 it, the user's visible messages do not contain it. Built from manifests only (one GET per
@@ -20,6 +23,7 @@ from dataclasses import dataclass
 
 from ..escape import DATA_NOTE, inline
 from ..tokens import count_tokens, truncate_to_tokens
+from .doubt import mistake_text
 from .lifecycle import is_expired
 from .model import Category, Fact
 from .store import AutoView
@@ -35,6 +39,8 @@ H_CORRECTIONS = "## Corrections (do not repeat these mistakes)"
 H_FACTS = "## Facts about the user (most certain first)"
 H_PROJECT_FACTS = "## Project facts (shared by every user)"
 _MIN_PROFILE_TAIL = 24  # tokens: a cut profile section shorter than this is not worth showing
+#: ``_Item.order`` of corrections: below every profile line and fact, so ``_fit`` trims those first.
+_CORRECTION_ORDER = -100_000
 
 
 @dataclass(slots=True)
@@ -42,7 +48,7 @@ class _Item:
     group: str
     line: str
     tokens: int
-    order: float  # lower = more important (used when trimming to the budget)
+    order: float  # lower = more important (used when trimming to the budget; corrections lowest)
 
 
 def fact_line(fact: Fact) -> str:
@@ -51,7 +57,7 @@ def fact_line(fact: Fact) -> str:
     until = f" (until {inline(fact.expires)})" if fact.expires else ""
     content = inline(fact.content)
     if fact.category is Category.CORRECTION:
-        avoid = inline(fact.source_error)
+        avoid = inline(mistake_text(fact.content, fact.source_error))  # never the corrected belief
         return f"- {content}" + (f" (avoid: {avoid})" if avoid else "") + until
     return f"- [{fact.category.value}, {fact.confidence:.2f}] {content}{until}"
 
@@ -110,18 +116,15 @@ def render_injection_block(user: AutoView | None, shared: AutoView | None, *, ma
     corrections.sort(key=lambda p: rank[id(p[0])])
 
     chosen: list[_Item] = []
-    # 1. corrections, up to their reserved share of the budget
-    reserve = int(budget.avail * correction_share)
-    spill: list[tuple[Fact, str]] = []
+    # 1. corrections first, most confident first, from the whole budget (``correction_share`` is
+    #    kept for compatibility: corrections are no longer limited to a share of it)
     for i, (fact, _scope) in enumerate(corrections):
         line = fact_line(fact)
         tokens = budget.cost(H_CORRECTIONS, line)
-        if tokens > reserve:
-            spill = corrections[i:]
-            break
-        chosen.append(_Item(H_CORRECTIONS, line, tokens, 1000 + i))
+        if tokens > budget.avail:
+            continue  # a shorter, less confident one may still fit
+        chosen.append(_Item(H_CORRECTIONS, line, tokens, _CORRECTION_ORDER + i))
         budget.take(H_CORRECTIONS, tokens)
-        reserve -= tokens
     # 2. profile summaries (the user's, then the shared place's); the last one may be cut
     full = False
     for view, scope in views:
@@ -143,14 +146,11 @@ def render_injection_block(user: AutoView | None, shared: AutoView | None, *, ma
                 break
         if full:
             break
-    # 3. the other facts (and corrections beyond the reserve), by confidence, until full
-    rest = sorted(spill + others, key=lambda p: rank[id(p[0])])
+    # 3. the other facts, by confidence, until full
+    rest = sorted(others, key=lambda p: rank[id(p[0])])
     for i, (fact, scope) in enumerate(rest):
         line = fact_line(fact)
-        if fact.category is Category.CORRECTION:
-            group = H_CORRECTIONS
-        else:
-            group = H_FACTS if scope == "user" else H_PROJECT_FACTS
+        group = H_FACTS if scope == "user" else H_PROJECT_FACTS
         tokens = budget.cost(group, line)
         if tokens > budget.avail:
             break

@@ -23,6 +23,8 @@ from .signals import SignalPatterns, default_patterns
 log = logging.getLogger(__name__)
 
 CORRECTION_MIN_CONFIDENCE = 0.95
+#: Most stored facts one merge may fold together; a merge naming more is refused whole.
+MAX_MERGE_SOURCES = 8
 
 _UPLOAD_MENTION = re.compile(
     r"/mnt/(?:user-data|data)\b\S*|(?<![\w/])/tmp/\S+|/workspace/\S+|\bsandbox:/\S+"
@@ -119,6 +121,15 @@ class ApplyContext:
     source: str = "auto"
 
 
+@dataclass(frozen=True, slots=True)
+class MergeRefusal:
+    """A merge the apply step refused whole: the merged text, the ids it named and why."""
+
+    content: str
+    ids: tuple[str, ...]
+    reason: str
+
+
 @dataclass(slots=True)
 class ApplyReport:
     added: list[str] = field(default_factory=list)
@@ -131,6 +142,10 @@ class ApplyReport:
     profile_updated: list[ProfileKey] = field(default_factory=list)
     unknown_removals: list[str] = field(default_factory=list)
     kept_edited: list[str] = field(default_factory=list)
+    #: New facts that named stored facts to merge (``merged`` holds those applied).
+    merges_proposed: int = 0
+    #: Merges refused whole (every source kept as it was, the merged text not stored).
+    merges_refused: list[MergeRefusal] = field(default_factory=list)
     #: Changes the rules refused, by reason (see ``reject``).
     rejected: Counter[str] = field(default_factory=Counter)
     #: Where the update came from, for the log lines of ``reject``.

@@ -136,6 +136,13 @@ class DebounceQueue:
                     and other.key.agent_type == key.agent_type:
                 other.carried = False
 
+    def drain(self) -> list[Batch]:
+        """Take every queued batch out (the ready ones first), leaving the queue empty."""
+        out = [*self.ready, *self.pending.values()]
+        self.ready.clear()
+        self.pending.clear()
+        return out
+
     def drop_user(self, user_id: str) -> int:
         """Discard every queued batch of ``user_id`` (the user asked to forget everything)."""
         keys = [k for k in self.pending if k.user_id == user_id]
@@ -219,8 +226,10 @@ class QueueWorker:
 
     def __init__(self, process: ProcessFn, policy: QueuePolicy, *, workers: int = 1,
                  clock: Callable[[], float] = time.monotonic, start_threads: bool = True,
-                 name: str = "hm-auto") -> None:
+                 name: str = "hm-auto", on_start: Callable[[], None] | None = None) -> None:
         self._process = process
+        #: Called once, in the first worker thread, before it takes a batch (resuming kept work).
+        self._on_start = on_start
         self.queue = DebounceQueue(policy)
         self._clock = clock
         self._cond = threading.Condition()
@@ -309,15 +318,25 @@ class QueueWorker:
             finally:
                 self._force -= 1
 
-    def close(self, timeout: float = 10.0) -> bool:
-        """Flush (bounded by ``timeout``), then stop the threads; later submits are refused."""
+    def close(self, timeout: float = 10.0, keep: Callable[[list[Batch]], int] | None = None) -> bool:
+        """Flush (bounded by ``timeout``), then stop the threads; later submits are refused. What is
+        still queued then goes to ``keep`` (which stores it for the next start and says how many it
+        kept) instead of being dropped."""
         flushed = self.flush(timeout)
         with self._cond:
             self._closed = True
-            left = len(self.queue)
+            left = self.queue.drain()
             self._cond.notify_all()
-        if left:
-            log.warning("auto-memory shut down with %d pending updates not processed", left)
+        kept = 0
+        if left and keep is not None:
+            try:
+                kept = keep(left)
+            except Exception as exc:
+                log.warning("auto-memory: pending updates could not be kept (%s)", exc)
+        if kept:
+            log.info("auto-memory shut down: %d pending update(s) kept for the next start", kept)
+        if len(left) > kept:
+            log.warning("auto-memory shut down with %d pending updates not processed", len(left) - kept)
         for thread in self._threads:
             thread.join(timeout=max(0.1, timeout))
         return flushed
@@ -335,7 +354,21 @@ class QueueWorker:
             thread.start()
             self._threads.append(thread)
 
+    def restore(self, batches: list[Batch]) -> None:
+        """Queue batches kept from an earlier process (merged with any capture of the same key)."""
+        with self._cond:
+            for batch in batches:
+                self.queue.add(batch.key, batch.messages, batch.signals, self._clock(), batch.carried)
+            self._cond.notify_all()
+
     def _loop(self) -> None:
+        with self._cond:
+            start, self._on_start = self._on_start, None
+        if start is not None:
+            try:
+                start()
+            except Exception as exc:
+                log.warning("auto-memory worker start hook failed (%s)", exc)
         while True:
             with self._cond:
                 while True:

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .. import llm_latency
 from ..errors import InvalidName
 from ..layout import validate_id
 from ..llm import LightModel, warn_no_light_model
@@ -37,6 +38,7 @@ from .model import (
     CapturedMessage,
     QueueKey,
 )
+from .pending import save_pending, take_pending
 from .plan import ApplyReport
 from .queue import QueuePolicy, QueueStats, QueueWorker
 from .rider import SummaryRider
@@ -104,7 +106,7 @@ class AutoMemory(FactAPI):
         self.updater = Updater(self._light_model, cfg, today=today, patterns=self.patterns,
                                rejected=self._count_rejections)
         self.worker = QueueWorker(self._process, policy, workers=cfg.workers, clock=clock,
-                                  start_threads=start_worker)
+                                  start_threads=start_worker, on_start=self.resume_pending)
         #: The last update results (tests, benchmarks, the control plane's debug view).
         self.results: deque[UpdateResult] = deque(maxlen=100)
         #: Changes the apply rules refused since start, by reason (``ApplyReport.reject``).
@@ -146,13 +148,45 @@ class AutoMemory(FactAPI):
         return self._closed
 
     def close(self, timeout: float | None = None) -> None:
-        """Flush (bounded) and stop the worker threads. Idempotent."""
+        """Flush (bounded by ``timeout``, by default ``shutdown_deadline()``) and stop the worker
+        threads; what is still pending is kept in the store for the next start. Idempotent."""
         if self._closed:
             return
         self._closed = True
-        self.worker.close(self.config.shutdown_flush_seconds if timeout is None else timeout)
+        self.worker.close(self.shutdown_deadline() if timeout is None else timeout, keep=self._keep_pending)
         self._sync_queue_metrics()
         self.telemetry.remove_refresher(self._sync_queue_metrics)
+
+    def shutdown_deadline(self) -> float:
+        """Seconds the exit flush waits, sized to the model (a 5 s flush suits a hosted model and
+        drops every update of a 1.5B CPU model that takes a minute each): the pending updates,
+        ``auto.workers`` at a time, at the extraction model's measured latency (``llm_latency``;
+        its configured timeout before anything is measured), with a fifth more as headroom —
+        never less than ``auto.shutdown_flush_seconds`` nor more than ``shutdown_flush_max_seconds``."""
+        cfg = self.config
+        floor = cfg.shutdown_flush_seconds
+        pending = self.worker.pending_count()
+        model = self._light_model()
+        if not pending or model is None:
+            return floor
+        measured = llm_latency.estimate(model.model)
+        per_call = measured.seconds if measured is not None else model.timeout
+        waves = -(-pending // max(1, cfg.workers))
+        return max(floor, min(cfg.shutdown_flush_max_seconds, waves * per_call * 1.2))
+
+    def resume_pending(self) -> int:
+        """Queue again the updates an earlier process kept at exit (``pending.py``); returns how
+        many batches. Runs once in the first worker thread; call it yourself in manual mode."""
+        batches = take_pending(lambda user: AutoPlace(self.services.user_auto_dir(user)),
+                               AutoPlace(self.services.shared_auto_dir()))
+        if batches:
+            self.worker.restore(batches)
+            log.info("auto memory: %d pending update(s) kept by an earlier process queued again", len(batches))
+        return len(batches)
+
+    def _keep_pending(self, batches: list[Batch]) -> int:
+        return save_pending(batches, lambda user: AutoPlace(self.services.user_auto_dir(user)),
+                            AutoPlace(self.services.shared_auto_dir()))
 
     def forget_user(self, user_id: str) -> int:
         """Drop the user's queued updates so a "forget everything" is not undone a moment later
@@ -295,7 +329,7 @@ class AutoMemory(FactAPI):
                 "added": len(r.added), "merged": len(r.refreshed) + len(r.merged), "removed": len(r.removed),
                 "expired": len(r.expired), "trimmed": len(r.trimmed),
                 "dropped_low_confidence": r.dropped_low_confidence, "dropped_scrubbed": r.dropped_scrubbed,
-                "rejected": refused})
+                "rejected": refused, "merge_refused": len(r.merges_refused)})
         self._sync_queue_metrics()
 
     def _sync_queue_metrics(self) -> None:

@@ -9,7 +9,7 @@ acknowledgement-only batch ("好的", "ok") costs no model call at all. Being da
 be read, reviewed and extended without touching code.
 
 The bundled files (``auto/patterns/*.yaml``, English and Chinese): ``correction``,
-``reinforcement``, ``preference``, ``identity``, ``goal``, ``decision``, ``forget`` (signals,
+``reinforcement``, ``preference``, ``identity``, ``goal``, ``decision``, ``forget``, ``remember`` (signals,
 searched in each user message), ``trivial`` (matched against a whole message) and
 ``task_scope`` (matched against a proposed fact: task-scoped facts stay out of user memory).
 
@@ -46,7 +46,7 @@ from .model import CapturedMessage, Signals
 
 log = logging.getLogger(__name__)
 
-SIGNALS = ("correction", "reinforcement", "preference", "identity", "goal", "decision", "forget")
+SIGNALS = ("correction", "reinforcement", "preference", "identity", "goal", "decision", "forget", "remember")
 TRIVIAL = "trivial"
 TASK_SCOPE = "task_scope"
 BUNDLED = (*SIGNALS, TRIVIAL, TASK_SCOPE)

@@ -35,9 +35,11 @@ import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import MemoryFormatError, StorageError
 from ..memdir import Manifest, ManifestEntry, MemoryDir, MemoryFile, MemoryType, PlaceTxn, TxnResult, parse_memory
+from .history import MAX_HISTORY, UpdateRecord
 from .model import FACT_PREFIX, PROFILE_FILE, Category, Fact, Profile, ProfileKey
 
 log = logging.getLogger(__name__)
@@ -148,10 +150,17 @@ def parse_profile(body: str) -> Profile:
 # -- watermarks ---------------------------------------------------------------------------------
 @dataclass(slots=True)
 class Watermarks:
-    """Per session (``agent_type/session_id``): keys of messages already sent to the extractor."""
+    """Per session (``agent_type/session_id``): keys of messages already sent to the extractor.
+    The state file also keeps the place's update history (``history.py``)."""
 
     sessions: dict[str, list[str]] = field(default_factory=dict)
     times: dict[str, float] = field(default_factory=dict)
+    history: list[UpdateRecord] = field(default_factory=list)
+    #: Batches the exit flush could not process, kept for the next start (``pending.py``).
+    pending: list[dict[str, Any]] = field(default_factory=list)
+
+    def record(self, entry: UpdateRecord) -> None:
+        self.history = [*self.history, entry][-MAX_HISTORY:]
 
     def seen(self, wm_id: str) -> set[str]:
         return set(self.sessions.get(wm_id, ()))
@@ -166,8 +175,12 @@ class Watermarks:
                 self.times.pop(old, None)
 
     def to_bytes(self) -> bytes:
-        data = {"version": 1, "sessions": {k: {"keys": v, "at": self.times.get(k, 0.0)}
-                                           for k, v in self.sessions.items()}}
+        data: dict[str, object] = {"version": 1, "sessions": {k: {"keys": v, "at": self.times.get(k, 0.0)}
+                                                              for k, v in self.sessions.items()}}
+        if self.history:
+            data["history"] = [h.to_json() for h in self.history]
+        if self.pending:
+            data["pending"] = self.pending
         return json.dumps(data, separators=(",", ":")).encode("utf-8")
 
     @classmethod
@@ -176,7 +189,13 @@ class Watermarks:
         if not data:
             return out
         try:
-            raw = json.loads(data.decode("utf-8")).get("sessions", {})
+            whole = json.loads(data.decode("utf-8"))
+            raw = whole.get("sessions", {})
+            history = whole.get("history") or []
+            records = [UpdateRecord.from_json(h) for h in (history if isinstance(history, list) else [])]
+            out.history = [r for r in records if r is not None][-MAX_HISTORY:]
+            pending = whole.get("pending") or []
+            out.pending = [p for p in pending if isinstance(p, dict)] if isinstance(pending, list) else []
             for wm_id, item in raw.items():
                 keys = [k for k in item.get("keys", []) if isinstance(k, str)]
                 out.sessions[str(wm_id)] = keys[-MAX_MARK_KEYS:]

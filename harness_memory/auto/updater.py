@@ -31,11 +31,12 @@ from ..llm import LightModel, LLMError, warn_no_light_model
 from .answer import parse_answer
 from .apply import apply_plan
 from .doubt import Conversation
+from .history import UpdateRecord
 from .model import Batch, CapturedMessage, QueueKey
 from .plan import ApplyContext, ApplyReport, ApplyRules
 from .prompt import PLACEHOLDERS, SYSTEM_PROMPT, build_messages, format_conversation, system_prompt, user_message
 from .signals import SignalPatterns, default_patterns
-from .store import AutoPlace, AutoView
+from .store import AutoPlace, AutoView, now_iso
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +159,8 @@ class Updater:
         with prepared.place.transaction() as txn:
             apply_plan(plan, txn, prepared.snapshot, rules, ctx, report)
             txn.watermarks.mark(batch.key.watermark_id, [m.key for m in unseen], time.time())
+            if report.changed or report.rejected or report.merges_proposed:
+                txn.watermarks.record(UpdateRecord.of(report, now_iso(), batch.key.session_id))
         log.info("auto memory %s: +%d facts, %d refreshed, %d merged, %d confirmed, %d removed, %d expired, "
                  "%d evicted, profile %s, refused %d", batch.key, len(report.added), len(report.refreshed),
                  len(report.merged), len(report.confirmed), len(report.removed), len(report.expired),

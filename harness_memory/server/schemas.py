@@ -190,6 +190,30 @@ class FactList(BaseModel):
     facts: list[FactOut]
 
 
+class MergeRefusalOut(BaseModel):
+    content: str = Field(description="The merged text the model proposed (not stored).")
+    ids: list[str] = Field(description="The facts it named; each was kept as it was.")
+    reason: str = Field(description="merge_unknown_id, merge_id_reused, merge_too_many, merge_correction, "
+                                    "merge_manual_fact, merge_edited_meanwhile or merge_text_refused (the merged text "
+                                    "itself failed the rules).")
+
+
+class UpdateRecordOut(BaseModel):
+    at: str
+    session: str
+    added: int
+    merged: int
+    removed: int
+    merges_proposed: int
+    refused: dict[str, int] = Field(description="Changes the apply rules refused, by reason.")
+    merges_refused: list[MergeRefusalOut]
+
+
+class FactHistory(BaseModel):
+    place: str = Field(description="The auto-memory directory the history belongs to.")
+    updates: list[UpdateRecordOut] = Field(description="The last automatic updates, oldest first.")
+
+
 class ProfileBody(_Strict):
     """The user profile: one short summary per section (empty or absent = none)."""
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from ..escape import block, inline
+from ..examples import copied_example
 from ..llm import strip_think
 from .records import BufferedMessage
 
@@ -67,6 +68,7 @@ _EMPTY_WORDS = {"", "_none_", "none", "(none)", "n/a", "-", "无", "暂无", "�
 _FENCE = re.compile(r"^\s*```[a-zA-Z]*\s*\n(.*?)\n\s*```\s*$", re.DOTALL)
 _HEADING = re.compile(r"^(#{1,4})\s+(.+?)\s*#*\s*$")
 _INJECT_MARK = "用户最新消息："
+_TEMPLATE_LINE = re.compile(r"\s*<[^<>\n]*>\s*")
 
 
 class SummaryRejected(ValueError):
@@ -149,7 +151,8 @@ def _clean_body(body: str) -> str:
     body = body.strip("\n").rstrip()
     # The injection format uses this marker to find the user's message; a summary never holds it.
     body = body.replace(_INJECT_MARK, "用户最新消息:")
-    return "" if body.strip().lower() in _EMPTY_WORDS else body
+    # A section that is only the template's own ``<what goes here>`` line says nothing.
+    return "" if body.strip().lower() in _EMPTY_WORDS or _TEMPLATE_LINE.fullmatch(body) else body
 
 
 # -- render / parse ---------------------------------------------------------------------------
@@ -223,6 +226,8 @@ def parse_summary(answer: str) -> SummaryDoc:
     title_body = bodies.pop("title", "")
     if not title and title_body:
         title = title_body.splitlines()[0].strip("# _*")
+    if copied_example(title) is not None:
+        title = ""  # the template's own title line ("<a distinctive 5-10 word title …>"): no title
     if len(bodies) < MIN_SECTIONS:
         raise SummaryRejected(f"the answer has {len(bodies)} of the template's sections "
                               f"(need {MIN_SECTIONS}): {text[:120]!r}")

@@ -21,7 +21,17 @@ from ...errors import HarnessMemoryError
 from ..auth import Caller
 from ..deps import ServerContext
 from ..errors import ApiError
-from ..schemas import ERRORS, FactIn, FactList, FactOut, FactPatch, FactsCleared, ProfileBody
+from ..schemas import (
+    ERRORS,
+    FactHistory,
+    FactIn,
+    FactList,
+    FactOut,
+    FactPatch,
+    FactsCleared,
+    ProfileBody,
+    UpdateRecordOut,
+)
 
 FactIdPath = Annotated[str, PathParam(description="The fact id (its file name without `.md`).", max_length=128)]
 
@@ -66,6 +76,12 @@ def add_fact_routes(router: APIRouter, ctx: ServerContext, base: str, owner: Cal
     def list_facts(user: Owner) -> FactList:
         facts = auto_memory(ctx.services).list_facts(user, shared=shared)
         return FactList(place=place_label(user), count=len(facts), facts=[FactOut(**fact_dict(f)) for f in facts])
+
+    @router.get(f"{base}/facts/history", **opts, response_model=FactHistory,
+                summary="The last automatic updates: what each changed and what the rules refused")
+    def fact_history(user: Owner) -> FactHistory:
+        records = auto_memory(ctx.services).history(user, shared=shared)
+        return FactHistory(place=place_label(user), updates=[UpdateRecordOut(**r.to_json()) for r in records])
 
     @router.post(f"{base}/facts", **opts, response_model=FactOut, status_code=status.HTTP_201_CREATED,
                  summary="Add a fact by hand (a near-duplicate is refreshed instead)")
