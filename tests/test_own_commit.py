@@ -1,0 +1,238 @@
+"""Commits that recognise their own writes (issue 28, item 1), with faults at the HTTP boundary.
+
+The store really receives and applies each request; ``HttpFaultProxy`` loses (or delays) its answer,
+so the retry — the SDK's or ours — meets the version its own first attempt wrote. Every writer must
+then apply its change exactly once and report what happened.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from harness_memory.config import MemoryConfig
+from harness_memory.errors import PreconditionFailed
+from harness_memory.memdir import ABSENT
+from harness_memory.memdir import heads as heads_cache
+from harness_memory.services import MemoryServices
+from tests.httpfaults import HttpFaultProxy, conditional_put, once_per_path, put_to
+from tests.servers import SeaweedFS
+
+HEAD = ".manifest.json"
+
+
+def note(name: str, body: str = "Body.") -> str:
+    return f"---\nname: {name}\ndescription: note {name}\ntype: project\n---\n\n{body}\n"
+
+
+@pytest.fixture
+def proxy(seaweedfs: SeaweedFS) -> Iterator[HttpFaultProxy]:
+    p = HttpFaultProxy(seaweedfs.s3_port).start()
+    try:
+        yield p
+    finally:
+        p.close()
+
+
+@pytest.fixture(params=["own-retry", "sdk-retry", "no-retry"])
+def services(request: pytest.FixtureRequest, make_config: Callable[..., MemoryConfig], cos_bucket: str,
+             proxy: HttpFaultProxy) -> Iterator[MemoryServices]:
+    """Services on SeaweedFS through the proxy. ``own-retry``: the store retries its conditional
+    PUTs itself (the default); ``sdk-retry``: the COS SDK's blind retry, as before, whose 412 the
+    commit must recognise as its own by the txid in the head; ``no-retry``: the lost answer reaches
+    the commit as a timeout, resolved by reading the head."""
+    retries = 0 if request.param == "no-retry" else 1
+    cfg = make_config("cos", store={"cos_domain": proxy.domain_for(cos_bucket), "cos_retries": retries,
+                                    "cos_timeout": 1.0})
+    heads_cache.clear()
+    svc = MemoryServices.from_config(cfg)
+    if request.param == "sdk-retry":
+        svc.store._once = svc.store._client  # type: ignore[attr-defined]
+    try:
+        yield svc
+    finally:
+        svc.close()
+
+
+def _head(svc: MemoryServices, user: str = "u1") -> dict[str, Any]:
+    mdir = svc.user_agent_dir(user)
+    obj = svc.store.get(mdir.manifest_key)
+    return json.loads(obj.data)
+
+
+def test_replace_whose_head_answer_is_lost_inserts_once(services: MemoryServices, proxy: HttpFaultProxy) -> None:
+    """Reproduces the storm's double insert: the head PUT lands, its answer is lost, the retry gets
+    412 (our own version), and the old code took its own commit for someone else's and redid it."""
+    mdir = services.user_agent_dir("u1")
+    mdir.save("ledger.md", note("ledger", "END"))
+    rule = proxy.drop(put_to(HEAD), times=1)
+    result = mdir.replace_chunk("ledger.md", "END", "- one\nEND")
+    assert rule.hits == 1 and proxy.faults("drop")  # the fault did happen
+    text = mdir.read("ledger.md").text
+    assert text.count("- one") == 1, text
+    assert result.file == "ledger.md" and not result.created
+    assert mdir.manifest().entries["ledger.md"].size == len(text.encode("utf-8"))
+
+
+def test_create_only_save_whose_head_answer_is_lost_reports_created(services: MemoryServices,
+                                                                    proxy: HttpFaultProxy) -> None:
+    mdir = services.user_agent_dir("u1")
+    mdir.save("other.md", note("other"))  # the place exists: the head PUT is an If-Match
+    proxy.drop(put_to(HEAD), times=1)
+    result = mdir.save("fresh.md", note("fresh"), expect=ABSENT)
+    assert result.created
+    assert "fresh.md" in mdir.manifest().entries
+    assert mdir.read("fresh.md").text == note("fresh")
+    with pytest.raises(PreconditionFailed):  # and a real second create is still refused
+        mdir.save("fresh.md", note("fresh2"), expect=ABSENT)
+
+
+def test_first_commit_of_a_place_with_its_answer_lost(services: MemoryServices, proxy: HttpFaultProxy) -> None:
+    """The very first head is created with If-None-Match: its retry meets our own head."""
+    mdir = services.user_agent_dir("u2")
+    proxy.drop(put_to(HEAD), times=1)
+    result = mdir.save("a.md", note("a"), expect=ABSENT)
+    assert result.created and list(mdir.manifest().entries) == ["a.md"]
+
+
+def test_every_conditional_put_answer_lost_once(services: MemoryServices, proxy: HttpFaultProxy) -> None:
+    """Files (If-None-Match / If-Match) and the head alike: each answer lost once, every write
+    still applied exactly once and reported done."""
+    mdir = services.user_agent_dir("u3")
+    mdir.save("ledger.md", note("ledger", "END"))
+    proxy.drop(once_per_path(conditional_put))
+    mdir.replace_chunk("ledger.md", "END", "- a\nEND")
+    proxy.rules.clear()
+    assert len(proxy.faults("drop")) >= 2  # the head and the file
+    assert mdir.read("ledger.md").text.count("- a") == 1
+
+
+@pytest.mark.parametrize("action", ["drop", "delay"])
+def test_each_writer_applies_once_and_reports_truthfully(services: MemoryServices, proxy: HttpFaultProxy,
+                                                         action: str) -> None:
+    """save, create-only save, replace, delete, save_many, update_meta, snapshot-style state, and
+    an import: the head answer of each lost (or late past the timeout) once."""
+    mdir = services.user_agent_dir("u4")
+    mdir.save("ledger.md", note("ledger", "END"))
+
+    def fault() -> None:
+        proxy.rules.clear()
+        if action == "drop":
+            proxy.drop(put_to(HEAD), times=1)
+        else:
+            proxy.delay(put_to(HEAD), 1.5, times=1)  # past cos_timeout 1 s: a timeout after delivery
+
+    fault()
+    assert mdir.save("s.md", note("s")).created
+    fault()
+    assert mdir.save("c.md", note("c"), expect=ABSENT).created
+    fault()
+    mdir.replace_chunk("ledger.md", "END", "- r\nEND")
+    fault()
+    assert mdir.delete("s.md") is True
+    fault()
+    saved = mdir.save_many([("m1.md", note("m1")), ("m2.md", note("m2"))])
+    assert [r.created for r in saved] == [True, True]
+    fault()
+    mdir.update_meta(lambda m: m.meta.__setitem__("counter", m.meta.get("counter", 0) + 1))
+    proxy.rules.clear()
+    manifest = mdir.manifest()
+    assert sorted(manifest.entries) == ["c.md", "ledger.md", "m1.md", "m2.md"]
+    assert manifest.meta["counter"] == 1
+    assert mdir.read("ledger.md").text.count("- r") == 1
+    assert not services.store.exists(mdir.place.key("s.md"))
+    assert len(proxy.faults(action)) == 6
+
+
+def test_a_tool_replace_through_a_lost_answer_says_updated_once(services: MemoryServices,
+                                                               proxy: HttpFaultProxy) -> None:
+    from harness_memory.tools import MemoryTools
+
+    tools = MemoryTools(services.user_agent_dir("u5"))
+    assert tools.save_file("ledger.md", note("ledger", "END")).startswith("Created")
+    proxy.drop(put_to(HEAD), times=1)
+    said = tools.replace_file_chunk("ledger.md", "END", "- t\nEND")
+    assert said.startswith("Updated memory ledger.md"), said
+    assert services.user_agent_dir("u5").read("ledger.md").text.count("- t") == 1
+
+
+def test_import_whose_head_answer_is_lost_imports_once(services: MemoryServices, proxy: HttpFaultProxy) -> None:
+    from harness_memory.control.bundle import export_places
+    from harness_memory.control.bundle_import import ImportTarget, apply_import, plan_import
+
+    src = services.user_agent_dir("u6")
+    src.save("x.md", note("x"))
+    bundle = export_places([src], "user")
+    dst = services.user_agent_dir("u7")
+    plans = plan_import(bundle, ImportTarget(place=dst.place), services.memdir, services.key_prefix)
+    proxy.drop(put_to(HEAD), times=1)
+    apply_import(plans, "merge")
+    assert proxy.faults("drop")
+    assert list(dst.manifest().entries) == ["x.md"]
+    assert dst.read("x.md").text == note("x")
+
+
+@pytest.mark.parametrize("cond", ["absent", "match"])
+def test_store_conditional_put_whose_answer_is_lost_succeeds(make_config: Callable[..., MemoryConfig],
+                                                            cos_bucket: str, proxy: HttpFaultProxy,
+                                                            cond: str) -> None:
+    """The store's own retry of a conditional PUT: the retry's 412 is recognised as the first
+    attempt's success (the object holds exactly our bytes); a real conflict is still refused.
+    Session summaries (``put_if_absent`` / ``put_if_match`` on their own key) rely on this."""
+    from harness_memory.storage.cos import CosStore
+
+    cfg = make_config("cos", store={"cos_domain": proxy.domain_for(cos_bucket), "cos_retries": 1})
+    store = CosStore(cfg.store)
+    try:
+        key = "memory/sessions/session-x.md"
+        first = store.put_if_absent(key, b"v1")
+        proxy.drop(put_to("session-x.md"), times=1)
+        if cond == "absent":
+            store.delete(key)
+            etag = store.put_if_absent(key, b"v2")
+        else:
+            etag = store.put_if_match(key, b"v2", first)
+        assert proxy.faults("drop")
+        got = store.get(key)
+        assert got.data == b"v2" and got.etag == etag
+        with pytest.raises(PreconditionFailed):  # a real conflict: someone else's version is there
+            store.put_if_match(key, b"v3", first) if cond == "match" else store.put_if_absent(key, b"v3")
+        assert store.get(key).data == b"v2"
+    finally:
+        store.close()
+
+
+def test_own_commit_found_under_a_later_one_is_not_redone(make_config: Callable[..., MemoryConfig],
+                                                          cos_bucket: str, proxy: HttpFaultProxy) -> None:
+    """Our head lands, its answer is late, and meanwhile another pod (not excluded: local locks)
+    commits on top of it, completing ours first. Reading back, our txid is among the head's recent
+    commits: the replace is done — not redone on top of the other pod's change."""
+    import threading
+    import time
+
+    ours = MemoryServices.from_config(make_config("cos", store={"cos_domain": proxy.domain_for(cos_bucket),
+                                                               "cos_retries": 0, "cos_timeout": 1.0}))
+    other = MemoryServices.from_config(make_config("cos"))
+    try:
+        mine, theirs = ours.user_agent_dir("u8"), other.user_agent_dir("u8")
+        mine.save("ledger.md", note("ledger", "END"))
+        proxy.delay(put_to(HEAD), 1.8, times=1)
+
+        def later() -> None:
+            time.sleep(0.4)  # our head has reached the store; its answer is held back
+            theirs.replace_chunk("ledger.md", "END", "- b\nEND")
+
+        t = threading.Thread(target=later)
+        t.start()
+        mine.replace_chunk("ledger.md", "END", "- a\nEND")
+        t.join()
+        text = theirs.read("ledger.md").text
+        assert text.count("- a") == 1 and text.count("- b") == 1, text
+        head = json.loads(other.store.get(theirs.manifest_key).data)
+        assert head["recent"] and len(head["recent"]) <= 16
+    finally:
+        ours.close()
+        other.close()
