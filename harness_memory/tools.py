@@ -110,6 +110,14 @@ def _short(text: str, limit: int = 80) -> str:
     return repr(flat if len(flat) <= limit else flat[: limit - 1] + "…")
 
 
+def _index_said(warning: str | None) -> str:
+    """What to say about MEMORY.md after a change: only "updated" when it was."""
+    if warning is None:
+        return "MEMORY.md updated."
+    return ("The change is saved, but MEMORY.md was not rewritten this time (the store failed); "
+            "it is rewritten with the next change.")
+
+
 class MemoryTools(Toolkit):
     """Agent-facing file tools over a user's memory place (and, read-only, the shared one)."""
 
@@ -166,7 +174,8 @@ class MemoryTools(Toolkit):
         refuse_copied_examples(parse_memory(content) if isinstance(content, str) else None)
         result = memdir.save(rel, content)
         verb = "Created" if result.created else "Updated"
-        return f"{verb} memory {file_name} ({result.entry.type}: {result.entry.description}). MEMORY.md updated."
+        return f"{verb} memory {file_name} ({result.entry.type}: {result.entry.description}). " \
+            + _index_said(result.index_warning)
 
     @_friendly("read")
     def read_file(self, file_name: str, offset: int = 0, limit: int = 200) -> str:
@@ -224,8 +233,9 @@ class MemoryTools(Toolkit):
             Whether the file was deleted.
         """
         memdir, rel = self._route(file_name, write=True)
-        if memdir.delete(rel):
-            return f"Deleted memory {file_name}. MEMORY.md updated."
+        removed = memdir.remove(rel)
+        if removed is not None:
+            return f"Deleted memory {file_name}. " + _index_said(removed.index_warning)
         return f"There was no memory file named {file_name!r}; nothing to delete."
 
     @_friendly("changed")
@@ -246,7 +256,8 @@ class MemoryTools(Toolkit):
                                     "instructions, not something this user said. Nothing was changed; write "
                                     "the new text in your own words from the conversation.")
         result = memdir.replace_chunk(rel, old_chunk, new_chunk)
-        return f"Updated memory {file_name} ({result.entry.type}: {result.entry.description}). MEMORY.md updated."
+        return f"Updated memory {file_name} ({result.entry.type}: {result.entry.description}). " \
+            + _index_said(result.index_warning)
 
     @_friendly("searched")
     def search_memories(self, query: str, limit: int = 5) -> str:

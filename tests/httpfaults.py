@@ -29,7 +29,7 @@ Match = Callable[[str, str, dict[str, str]], bool]
 @dataclass
 class Rule:
     match: Match
-    action: str  # "drop" | "delay"
+    action: str  # "drop" | "delay" | "refuse"
     seconds: float = 0.0
     times: int | None = None
     rate: float = 1.0
@@ -97,6 +97,12 @@ class HttpFaultProxy:
         self.rules.append(rule)
         return rule
 
+    def refuse(self, match: Match, *, status: int = 503, times: int | None = None, rate: float = 1.0) -> Rule:
+        """Answer matching requests with ``status`` without delivering them (the store never sees them)."""
+        rule = Rule(match, "refuse", seconds=float(status), times=times, rate=rate)
+        self.rules.append(rule)
+        return rule
+
     def faults(self, kind: str = "") -> list[Seen]:
         with self._lock:
             return [s for s in self.seen if s.fault and (not kind or s.fault == kind)]
@@ -121,6 +127,13 @@ class HttpFaultProxy:
         length = int(h.headers.get("Content-Length") or 0)
         body = h.rfile.read(length) if length else b""
         rule = self._pick(method, path, headers)
+        if rule is not None and rule.action == "refuse":
+            with self._lock:
+                self.seen.append(Seen(method, path, int(rule.seconds), "refuse", headers))
+            h.send_response_only(int(rule.seconds))
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+            return
         upstream = http.client.HTTPConnection(self.host, self.target_port, timeout=60)
         try:
             forward = {k: v for k, v in headers.items() if k.lower() not in ("connection", "keep-alive")}

@@ -236,3 +236,33 @@ def test_own_commit_found_under_a_later_one_is_not_redone(make_config: Callable[
     finally:
         ours.close()
         other.close()
+
+
+def test_tools_do_not_say_memory_md_updated_when_it_was_not(make_config: Callable[..., MemoryConfig],
+                                                           cos_bucket: str, proxy: HttpFaultProxy) -> None:
+    """Issue 28: the head landed but the PUT of MEMORY.md failed (the store answered 503 and never
+    saw it): the change is saved and said so, but the tool must not claim "MEMORY.md updated."."""
+    from harness_memory.tools import MemoryTools
+
+    svc = MemoryServices.from_config(make_config("cos", store={"cos_domain": proxy.domain_for(cos_bucket),
+                                                               "cos_retries": 0}))
+    try:
+        tools = MemoryTools(svc.user_agent_dir("u9"))
+        assert tools.save_file("a.md", note("a", "END")).endswith("MEMORY.md updated.")
+        index_key = svc.user_agent_dir("u9").index_key
+        before = svc.store.get(index_key).data
+        proxy.refuse(put_to("/MEMORY.md"))
+        said = [tools.save_file("b.md", note("b")), tools.replace_file_chunk("a.md", "END", "- x\nEND"),
+                tools.delete_file("b.md")]
+        assert len(proxy.faults("refuse")) == 3
+        for text in said:
+            assert "MEMORY.md updated" not in text and "MEMORY.md was not rewritten" in text, text
+        assert said[0].startswith("Created memory b.md") and said[2].startswith("Deleted memory b.md")
+        assert svc.store.get(index_key).data == before  # indeed not rewritten
+        mdir = svc.user_agent_dir("u9")
+        assert sorted(mdir.manifest().entries) == ["a.md"] and "- x" in mdir.read("a.md").text
+        proxy.rules.clear()
+        assert tools.save_file("c.md", note("c")).endswith("MEMORY.md updated.")
+        assert b"c.md" in svc.store.get(index_key).data
+    finally:
+        svc.close()

@@ -529,12 +529,17 @@ class MemoryDir:
 
     def delete(self, file: str) -> bool:
         """Remove a memory file and its index entry; False when it did not exist."""
+        return self.remove(file) is not None
+
+    def remove(self, file: str) -> TxnResult | None:
+        """``delete`` that returns what the commit did (None: the file did not exist), so a caller
+        can say whether MEMORY.md was rewritten (``TxnResult.index_warning``)."""
         file = validate_filename(file)
         with self.transaction() as txn:
             if not self.store.exists(self.place.key(file)) and file not in txn.manifest.entries:
-                return False
+                return None
             txn.delete(file)
-        return True
+        return _committed(txn)
 
     def update_meta(self, mutate: Callable[[Manifest], None]) -> Manifest:
         """Change the manifest's ``meta`` (or entries) under the place lock."""
@@ -774,14 +779,17 @@ class MemoryDir:
             for key, data in puts:
                 self.store.put(key, data, content_type=stored.JSON)
 
-    def put_index(self, manifest: Manifest) -> None:
-        """PUT MEMORY.md rendered from ``manifest``. A failure is logged: the manifest is the index
-        of record and the next commit renders MEMORY.md again."""
+    def put_index(self, manifest: Manifest) -> str | None:
+        """PUT MEMORY.md rendered from ``manifest``. A failure is logged and returned (what to tell
+        the caller, who must not say "MEMORY.md updated"): the manifest is the index of record and
+        the next commit renders MEMORY.md again."""
         try:
             self.store.put(self.index_key, render_index(manifest).encode("utf-8"),
                            content_type="text/markdown; charset=utf-8")
         except StorageError as exc:
             log.warning("MEMORY.md of %s not refreshed (%s); the manifest is current", self.place.label, exc)
+            return f"MEMORY.md could not be rewritten ({exc})"
+        return None
 
     def _drop_base(self, gen: str) -> None:
         """Remove a base no head names (best effort: ``reindex`` removes any left over)."""

@@ -32,6 +32,7 @@ longer lists them, so a failed commit never loses a file.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import secrets
@@ -90,6 +91,8 @@ class TxnResult:
     manifest: Manifest = field(default_factory=Manifest)
     state_failures: list[str] = field(default_factory=list)
     delete_failures: list[str] = field(default_factory=list)
+    #: Why MEMORY.md was not rewritten by this commit (None: it was, or the caller renders it).
+    index_warning: str | None = None
 
 
 @dataclass(slots=True)
@@ -491,6 +494,11 @@ class PlaceTxn:
         for r in results[len(writes):len(results) - deleting]:
             if isinstance(r, BaseException):  # views never raise; anything else is a bug to see
                 log.warning("%s: updating MEMORY.md or the search index failed (%s)", place.label, r)
+        if views:
+            index = results[len(writes)]
+            if isinstance(index, BaseException | str):
+                out.index_warning = str(index)
+                out.saved = [dataclasses.replace(r, index_warning=out.index_warning) for r in out.saved]
         if failed:
             first = failed[0][1]
             log.warning("%s: %d file(s) of commit %s not written after its index (%s); the next writer "
