@@ -166,7 +166,8 @@ def test_import_whose_head_answer_is_lost_imports_once(services: MemoryServices,
     src = services.user_agent_dir("u6")
     src.save("x.md", note("x"))
     bundle = export_places([src], "user")
-    dst = services.user_agent_dir("u7")
+    src.clear()
+    dst = services.user_agent_dir("u6")
     plans = plan_import(bundle, ImportTarget(place=dst.place), services.memdir, services.key_prefix)
     proxy.drop(put_to(HEAD), times=1)
     apply_import(plans, "merge")
@@ -266,3 +267,21 @@ def test_tools_do_not_say_memory_md_updated_when_it_was_not(make_config: Callabl
         assert b"c.md" in svc.store.get(index_key).data
     finally:
         svc.close()
+
+
+def test_snapshot_initialisation_whose_head_answer_is_lost_copies_once(services: MemoryServices,
+                                                                      proxy: HttpFaultProxy,
+                                                                      tmp_path: Any) -> None:
+    from harness_memory.snapshot import initialize_from_snapshot
+    from tests.test_snapshot import V1, write_snapshot
+
+    root = tmp_path / "snaps"
+    write_snapshot(root, "2026-11-01T00:00:00Z", V1)
+    proxy.drop(put_to(HEAD), times=1)
+    status = initialize_from_snapshot(services, root, "default", "u10")
+    assert proxy.faults("drop")
+    mdir = services.user_agent_dir("u10")
+    assert sorted(mdir.manifest().entries) == sorted(V1)
+    for name, text in V1.items():
+        assert mdir.read(name).text == text
+    assert status.state.value == "none"  # synced: nothing left to offer

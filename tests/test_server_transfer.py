@@ -128,10 +128,12 @@ async def test_zip_is_the_store_tree(cfg: MemoryConfig) -> None:
 
 
 async def test_a_zip_of_a_plain_tree_imports(cfg: MemoryConfig) -> None:
+    """The caller's own tree imports; one naming another user is refused (issue 28: it used to be
+    re-aimed at the caller; ``test_import_hostile`` checks the refusal)."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as zf:
-        zf.writestr(".harness/users/someone/agent-memory/default/a.md", GOOD)
-        zf.writestr(".harness/users/someone/agent-memory/default/MEMORY.md", "# stale index")
+        zf.writestr(".harness/users/u3/agent-memory/default/a.md", GOOD)
+        zf.writestr(".harness/users/u3/agent-memory/default/MEMORY.md", "# stale index")
         zf.writestr(".harness/sessions/session-x.md", "not a place: ignored")
         zf.writestr(".harness/.locks/x.lock", "")
     async with api(cfg, wid="u3") as c:

@@ -58,6 +58,9 @@ class ImportTarget:
     place: Place | None = None
     user_id: str | None = None
     allow_shared: bool = False
+    #: An operator's explicit "put it there" (CLI ``--into``): places naming another user are
+    #: moved to ``user_id`` / ``place``. Without it (a user's import over HTTP) they are refused.
+    retarget: bool = False
 
 
 def plan_import(bundle: Bundle, target: ImportTarget, dirs: DirFactory, key_prefix: str = "memory/", *,
@@ -134,10 +137,10 @@ def _bound_problems(bundle: Bundle, limits: LimitsConfig) -> list[str]:
 
 def _target_place(src: BundlePlace, target: ImportTarget, key_prefix: str) -> Place:
     """Where ``src`` goes. A place that names a user other than the one this import writes for is
-    refused (not re-aimed at the caller): a bundle is read as what it says, and "users/A/…" in
-    user B's import is a place B may not write."""
+    refused (not re-aimed at the caller) unless the operator asked for that (``retarget``): a bundle
+    is read as what it says, and "users/A/…" in user B's import is a place B may not write."""
     owner = target.place.user_id if target.place is not None else target.user_id
-    if owner is not None and src.user_id is not None and src.user_id != owner:
+    if not target.retarget and owner is not None and src.user_id is not None and src.user_id != owner:
         raise InvalidName(f"it holds memory of user {src.user_id!r}, and this import writes only user {owner!r}'s "
                           "memory (to copy it, change user_id in the bundle, or import it as that user)")
     if target.place is not None:
