@@ -37,19 +37,24 @@ def proxy(seaweedfs: SeaweedFS) -> Iterator[HttpFaultProxy]:
         p.close()
 
 
-@pytest.fixture(params=["own-retry", "sdk-retry", "no-retry"])
+MODES = ["own-retry", "sdk-retry", "no-retry"]
+every_mode = pytest.mark.parametrize("services", MODES, indirect=True)
+
+
+@pytest.fixture
 def services(request: pytest.FixtureRequest, make_config: Callable[..., MemoryConfig], cos_bucket: str,
              proxy: HttpFaultProxy) -> Iterator[MemoryServices]:
     """Services on SeaweedFS through the proxy. ``own-retry``: the store retries its conditional
     PUTs itself (the default); ``sdk-retry``: the COS SDK's blind retry, as before, whose 412 the
     commit must recognise as its own by the txid in the head; ``no-retry``: the lost answer reaches
     the commit as a timeout, resolved by reading the head."""
-    retries = 0 if request.param == "no-retry" else 1
+    mode = getattr(request, "param", "own-retry")
+    retries = 0 if mode == "no-retry" else 1
     cfg = make_config("cos", store={"cos_domain": proxy.domain_for(cos_bucket), "cos_retries": retries,
                                     "cos_timeout": 1.0})
     heads_cache.clear()
     svc = MemoryServices.from_config(cfg)
-    if request.param == "sdk-retry":
+    if mode == "sdk-retry":
         svc.store._once = svc.store._client  # type: ignore[attr-defined]
     try:
         yield svc
@@ -63,6 +68,7 @@ def _head(svc: MemoryServices, user: str = "u1") -> dict[str, Any]:
     return json.loads(obj.data)
 
 
+@every_mode
 def test_replace_whose_head_answer_is_lost_inserts_once(services: MemoryServices, proxy: HttpFaultProxy) -> None:
     """Reproduces the storm's double insert: the head PUT lands, its answer is lost, the retry gets
     412 (our own version), and the old code took its own commit for someone else's and redid it."""
@@ -77,6 +83,7 @@ def test_replace_whose_head_answer_is_lost_inserts_once(services: MemoryServices
     assert mdir.manifest().entries["ledger.md"].size == len(text.encode("utf-8"))
 
 
+@every_mode
 def test_create_only_save_whose_head_answer_is_lost_reports_created(services: MemoryServices,
                                                                     proxy: HttpFaultProxy) -> None:
     mdir = services.user_agent_dir("u1")
@@ -90,6 +97,7 @@ def test_create_only_save_whose_head_answer_is_lost_reports_created(services: Me
         mdir.save("fresh.md", note("fresh2"), expect=ABSENT)
 
 
+@every_mode
 def test_first_commit_of_a_place_with_its_answer_lost(services: MemoryServices, proxy: HttpFaultProxy) -> None:
     """The very first head is created with If-None-Match: its retry meets our own head."""
     mdir = services.user_agent_dir("u2")
@@ -98,6 +106,7 @@ def test_first_commit_of_a_place_with_its_answer_lost(services: MemoryServices, 
     assert result.created and list(mdir.manifest().entries) == ["a.md"]
 
 
+@every_mode
 def test_every_conditional_put_answer_lost_once(services: MemoryServices, proxy: HttpFaultProxy) -> None:
     """Files (If-None-Match / If-Match) and the head alike: each answer lost once, every write
     still applied exactly once and reported done."""
@@ -110,7 +119,9 @@ def test_every_conditional_put_answer_lost_once(services: MemoryServices, proxy:
     assert mdir.read("ledger.md").text.count("- a") == 1
 
 
-@pytest.mark.parametrize("action", ["drop", "delay"])
+@pytest.mark.parametrize(("services", "action"), [("own-retry", "drop"), ("own-retry", "delay"),
+                                                  ("sdk-retry", "drop"), ("no-retry", "drop")],
+                         indirect=["services"])
 def test_each_writer_applies_once_and_reports_truthfully(services: MemoryServices, proxy: HttpFaultProxy,
                                                          action: str) -> None:
     """save, create-only save, replace, delete, save_many, update_meta, snapshot-style state, and
