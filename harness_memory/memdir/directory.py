@@ -752,7 +752,11 @@ class MemoryDir:
                          self.place.label, exc)
                 time.sleep(pause * (0.5 + random.random()))
                 pause = min(pause * 2, 1.0)
-                lease.check()
+                try:
+                    lease.check()
+                except LeaseLost as lost:  # our first attempt may still land: not "failed"
+                    raise OutcomeUnknown(f"the lock of {self.place.label} was lost while its index write was "
+                                         f"unanswered ({exc}); the change may or may not have taken effect") from lost
 
     def _read_back(self, cause: StorageError) -> tuple[Manifest, str | None]:
         """The head after an unclear answer to its PUT; ``OutcomeUnknown`` when it cannot be read

@@ -24,7 +24,10 @@ A transaction, inside ``MemoryDir.transaction()`` (which holds the place lock):
 The place lock is a lease: ``lease.check()`` runs before the head and before the file writes, so
 a holder that stalled past its lease stops before writing over the next holder's work
 (``LeaseLost``). If the head PUT fails, nothing was written and the error is raised: readers see
-the place as before. If the head PUT's outcome cannot be read back, or a file PUT fails after the
+the place as before. An unclear answer to it (a timeout, a 412 that may answer a retry of a
+landed first attempt) is settled by reading the head: the commit's txid there (as the head's
+commit or one of its ``recent`` ones) means it landed — done, never redone (``MemoryDir._put_head``;
+docs/consistency.md). If the head PUT's outcome cannot be read back, or a file PUT fails after the
 head landed, ``OutcomeUnknown`` is raised: the change is recorded in the head, and the next
 writer (or ``reindex``) completes it from there. Objects are deleted only after the manifest no
 longer lists them, so a failed commit never loses a file.

@@ -228,7 +228,12 @@ class CosStore(ObjectStore):
             except PreconditionFailed:
                 if unclear is None:
                     raise
-                current = self.get_or_none(key)
+                try:
+                    current = self.get_or_none(key)
+                except StorageError as exc:
+                    raise StorageUnavailable(f"the retry of a write of {key} was refused after an unanswered "
+                                             f"attempt ({unclear}), and it cannot be read back ({exc})",
+                                             maybe_applied=True) from exc
                 if current is not None and current.data == body:
                     logging.getLogger(__name__).info(
                         "%s: the retry of a conditional write was refused because its first attempt had "
