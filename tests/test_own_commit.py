@@ -296,3 +296,34 @@ def test_snapshot_initialisation_whose_head_answer_is_lost_copies_once(services:
     for name, text in V1.items():
         assert mdir.read(name).text == text
     assert status.state.value == "none"  # synced: nothing left to offer
+
+
+@every_mode
+def test_auto_memory_commit_whose_head_answer_is_lost_adds_each_fact_once(services: MemoryServices,
+                                                                         proxy: HttpFaultProxy) -> None:
+    from harness_memory.auto import (
+        ApplyContext,
+        ApplyRules,
+        AutoPlace,
+        Category,
+        NewFact,
+        ProfileKey,
+        Signals,
+        UpdatePlan,
+        apply_plan,
+    )
+
+    place = AutoPlace(services.user_auto_dir("u11"))
+    plan = UpdatePlan(profile={ProfileKey.WORK: "Frontend engineer."},
+                      new_facts=[NewFact("Writes reports in Chinese", Category.PREFERENCE, 0.9, None),
+                                 NewFact("Uses Vue 3", Category.CONTEXT, 0.9, None)])
+    snapshot = place.read()
+    proxy.drop(put_to(HEAD), times=1)
+    with place.transaction() as txn:
+        report = apply_plan(plan, txn, snapshot, ApplyRules(threshold=0.7, max_facts=100),
+                            ApplyContext(signals=Signals.of(), source="auto:s1"))
+    assert proxy.faults("drop") and len(report.added) == 2
+    mdir = services.user_auto_dir("u11")
+    bodies = [mdir.read(f).text for f in mdir.manifest().entries]
+    assert sum("Writes reports in Chinese" in b for b in bodies) == 1
+    assert sum("Uses Vue 3" in b for b in bodies) == 1
