@@ -327,3 +327,39 @@ def test_auto_memory_commit_whose_head_answer_is_lost_adds_each_fact_once(servic
     bodies = [mdir.read(f).text for f in mdir.manifest().entries]
     assert sum("Writes reports in Chinese" in b for b in bodies) == 1
     assert sum("Uses Vue 3" in b for b in bodies) == 1
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_session_summary_whose_answer_is_lost_is_stored_once_and_reported_extracted(
+        make_config: Callable[..., MemoryConfig], cos_bucket: str, proxy: HttpFaultProxy, llm_server: Any,
+        version: int) -> None:
+    """The summary PUT (create-only for v1, If-Match for v2) lands and its answer is lost: the
+    extraction is reported EXTRACTED, the buffer advances (no message is summarised twice)."""
+    import uuid
+
+    from harness_memory.session import ExtractStatus, SessionMemoryManager
+    from tests.fakellm import text
+    from tests.test_session_manager import SESSION, model_cfg, summary_md, turn
+
+    cfg = make_config("cos", redis=True, model=model_cfg(llm_server), session=SESSION,
+                      store={"cos_domain": proxy.domain_for(cos_bucket), "cos_retries": 1})
+    svc = MemoryServices.from_config(cfg)
+    mgr = SessionMemoryManager.from_services(svc)
+    try:
+        sid = "sess-" + uuid.uuid4().hex[:6]
+        for v in range(1, version + 1):
+            for i in range(3):
+                mgr.collect_messages_sync(sid, turn(10 * v + i))
+            llm_server.script(text(summary_md(f"Build fix v{v}")))
+            if v == version:
+                proxy.drop(put_to(f"session-{sid}.md"), times=1)
+            result = mgr.maybe_extract_sync(sid)
+            assert result.status is ExtractStatus.EXTRACTED and result.version == v, result
+        assert proxy.faults("drop")
+        state = mgr.buffer.state(sid)
+        assert state is not None and state.summarized == 6 * version
+        assert mgr.get_summary_sync(sid) is not None and f"Build fix v{version}" in str(mgr.get_summary_sync(sid))
+        assert not mgr.should_extract_sync(sid)  # nothing left to summarise again
+    finally:
+        mgr.close()
+        svc.close()
