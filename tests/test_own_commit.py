@@ -363,3 +363,23 @@ def test_session_summary_whose_answer_is_lost_is_stored_once_and_reported_extrac
     finally:
         mgr.close()
         svc.close()
+
+
+def test_a_head_put_answered_only_by_5xx_is_settled_by_reading_the_head(
+        make_config: Callable[..., MemoryConfig], cos_bucket: str, proxy: HttpFaultProxy) -> None:
+    """The first head PUT lands but its answer is lost, the retry is answered 503 by a proxy: the
+    store cannot say "failed" (an attempt may have landed); the commit reads the head, finds its
+    own txid, and the save is reported done, applied once."""
+    svc = MemoryServices.from_config(make_config("cos", store={"cos_domain": proxy.domain_for(cos_bucket),
+                                                               "cos_retries": 1}))
+    try:
+        mdir = svc.user_agent_dir("u12")
+        mdir.save("ledger.md", note("ledger", "END"))
+        proxy.drop(put_to(HEAD), times=1)
+        proxy.refuse(put_to(HEAD), times=1)
+        result = mdir.replace_chunk("ledger.md", "END", "- z\nEND")
+        assert len(proxy.faults("drop")) == 1 and len(proxy.faults("refuse")) == 1
+        assert result.file == "ledger.md"
+        assert mdir.read("ledger.md").text.count("- z") == 1
+    finally:
+        svc.close()

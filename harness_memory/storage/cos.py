@@ -244,6 +244,8 @@ class CosStore(ObjectStore):
                 if exc.maybe_applied or _server_said(exc):  # (a refused connection sent nothing)
                     unclear = exc
                 if attempt == self.cfg.cos_retries:
+                    if unclear is not None and not exc.maybe_applied:  # an attempt may have landed
+                        raise StorageUnavailable(str(exc), maybe_applied=True) from exc
                     raise
         raise AssertionError("unreachable")
 
