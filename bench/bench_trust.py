@@ -13,6 +13,9 @@ readers see afterwards.
   timeout x attempts + 0.5 s a few times. Reported-done operations lost and reported-failed
   operations that changed something must both be 0;
 * **Redis outage** — redis-server killed for 5 s mid-storm and restarted empty: failed saves / all;
+* **lost answers** (issue 28) — the workers reach SeaweedFS through an HTTP proxy that delivers
+  every write and loses (or delays past the timeout) the answer of a share of them: applied twice,
+  reported failed yet applied, and lost must all be 0;
 * **hostile frontmatter** — parse-or-refuse time of the worst inputs under 64 KB, and the largest
   manifest entry they can produce.
 """
@@ -96,6 +99,7 @@ def run(quick: bool = False) -> str:
                        stop_holders=True, store_pauses=1 if quick else 3)
         rows.append(_waits_row("chaos (SIGSTOP holders, store paused)", report, chaos_seconds))
         rows.append(_outage_row(tmp, seconds, weed))
+        drop_rows = [_drops_row(tmp, weed, red, rate, 6.0 if quick else 45.0) for rate in (0.05, 0.15)]
     return "\n\n".join([
         f"### Storms — {WORKERS} processes writing one place (COS on SeaweedFS + Redis)",
         table(HEADERS, rows),
@@ -105,9 +109,31 @@ def run(quick: bool = False) -> str:
         "*unknown* = the store died mid-commit and the tool said the change may or may not have taken "
         "effect (its head, carrying the redo record, may have landed: then the next writer completes it); it is "
         "neither lost nor leaked.",
+        f"### Lost answers — {WORKERS} processes through an HTTP proxy that delivers each write and loses its answer",
+        table(DROP_HEADERS, drop_rows),
+        "Issue 28. Create-only saves and chunk-replace appends to one ledger; the proxy (`tests/httpfaults.py`) "
+        "delivers every PUT/DELETE to SeaweedFS, then drops the answer of the given share of them and holds back "
+        "half as many past `cos_timeout` (1 s, `cos_retries` 1), so the store's retries meet their own first "
+        "attempts. *applied twice*: a ledger line found more than once; *false failed*: reported failed yet "
+        "readable; *lost*: reported done, not readable.",
         "### Hostile frontmatter (parse or refuse, one call)",
         table(["input", "KB", "outcome", "ms", "manifest entry bytes"], hostile_rows()),
     ])
+
+
+DROP_HEADERS = ["answers lost", "operations", "done", "failed", "unknown", "answers dropped", "answers delayed",
+                "applied twice", "false failed", "lost", "operation p50 ms"]
+
+
+def _drops_row(tmp: Path, weed: SeaweedFS, red: RedisServer, rate: float, seconds: float) -> list[object]:
+    cfg = config_for("cos", weed, red, limits={"lock_ttl_seconds": 4.0, "lock_wait_seconds": 30.0},
+                     store={"cos_timeout": 1.0, "cos_retries": 1})
+    report = storm(cfg, _sub(tmp, f"drops-{rate}"), workers=WORKERS, seconds=seconds, stop_holders=False,
+                   store_pauses=0, drops=rate, create_only=True)
+    held = [(op["seconds"] - op["wait"]) * 1000 for op in report.ops if op["outcome"] == "done"]
+    return [f"{rate:.0%} + {rate / 2:.1%} late", len(report.ops), report.count("done"), report.count("failed"),
+            report.count("unknown"), report.dropped_answers, report.delayed_answers, len(report.doubled),
+            len(report.leaked), len(report.lost), f"{p50(held):.0f}"]
 
 
 def _outage_row(tmp: Path, seconds: float, weed: SeaweedFS) -> list[object]:

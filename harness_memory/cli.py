@@ -214,7 +214,8 @@ def cmd_import(svc: MemoryServices, args: argparse.Namespace) -> int:
         scope = parse_scope(args.into, svc.key_prefix)
         if scope.is_all:
             raise CliError("--into needs users/<id> or a memory directory", EXIT_USAGE)
-        target = ImportTarget(place=scope.place, user_id=scope.user_id, allow_shared=scope.place is not None)
+        target = ImportTarget(place=scope.place, user_id=scope.user_id, allow_shared=scope.place is not None,
+                              retarget=True)
     plans = plan_import(bundle, target, svc.memdir, svc.key_prefix, problems=problems, limits=svc.config.limits)
     others = []
     if args.mode == "replace" and target.user_id and target.place is None:  # a dry run counts them too

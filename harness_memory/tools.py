@@ -111,6 +111,14 @@ def _short(text: str, limit: int = 80) -> str:
     return repr(flat if len(flat) <= limit else flat[: limit - 1] + "…")
 
 
+def _index_said(warning: str | None) -> str:
+    """What to say about MEMORY.md after a change: only "updated" when it was."""
+    if warning is None:
+        return "MEMORY.md updated."
+    return ("The change is saved, but MEMORY.md was not rewritten this time (the store failed); "
+            "it is rewritten with the next change.")
+
+
 class MemoryTools(Toolkit):
     """Agent-facing file tools over a user's memory place (and, read-only, the shared one)."""
 
@@ -173,8 +181,8 @@ class MemoryTools(Toolkit):
         verb = "Created" if result.created else "Updated"
         note = (f" The frontmatter had no type, so type: {filled.value} was filled in from the file name."
                 if filled is not None else "")
-        return (f"{verb} memory {file_name} ({result.entry.type}: {result.entry.description}). MEMORY.md "
-                f"updated.{note}")
+        return (f"{verb} memory {file_name} ({result.entry.type}: {result.entry.description}). "
+                + _index_said(result.index_warning) + note)
 
     @once_per_run(write=False)
     @_friendly("read")
@@ -236,8 +244,9 @@ class MemoryTools(Toolkit):
             Whether the file was deleted.
         """
         memdir, rel = self._route(file_name, write=True)
-        if memdir.delete(rel):
-            return f"Deleted memory {file_name}. MEMORY.md updated."
+        removed = memdir.remove(rel)
+        if removed is not None:
+            return f"Deleted memory {file_name}. " + _index_said(removed.index_warning)
         return f"There was no memory file named {file_name!r}; nothing to delete."
 
     @once_per_run(write=True)
@@ -260,7 +269,8 @@ class MemoryTools(Toolkit):
                                     "instructions, not something this user said. Nothing was changed; write "
                                     "the new text in your own words from the conversation.")
         result = memdir.replace_chunk(rel, old_chunk, new_chunk)
-        return f"Updated memory {file_name} ({result.entry.type}: {result.entry.description}). MEMORY.md updated."
+        return f"Updated memory {file_name} ({result.entry.type}: {result.entry.description}). " \
+            + _index_said(result.index_warning)
 
     @once_per_run(write=False)
     @_friendly("searched")

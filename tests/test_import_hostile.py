@@ -165,3 +165,48 @@ async def test_export_import_round_trip_is_byte_identical(make_config: MakeConfi
     assert after.keys() == before.keys()
     assert {k: v for k, v in after.items() if not k.endswith(".manifest.json")} == {
         k: v for k, v in before.items() if not k.endswith(".manifest.json")}
+
+
+@pytest.mark.parametrize("endpoint", ["/users/me/memory/import", "/users/me/agents/default/memory/import"])
+@pytest.mark.parametrize("form", ["json", "zip"])
+async def test_a_bundle_of_another_user_is_refused(make_config: MakeConfig, endpoint: str, form: str) -> None:
+    """Issue 28: user u1 importing a bundle that names user u2 (in JSON, or a zip's paths) is refused
+    with 422 naming the other user; it used to land in u1's place with 200. Nothing changes."""
+    cfg = make_config(backend="local")
+    seed(cfg)
+    before = all_objects(cfg)
+    async with api(cfg, wid="u1") as c:
+        if form == "json":
+            bundle = {"places": [{"kind": "user-agent", "user_id": "u2", "agent_type": "default",
+                                  "files": [{"file": "stolen.md", "content": GOOD}]}]}
+            r = await c.post(endpoint, json=bundle)
+        else:
+            buf = io.BytesIO()
+            with zipfile.ZipFile(buf, "w") as zf:
+                zf.writestr("users/u2/agent-memory/default/stolen.md", GOOD)
+            r = await c.post(endpoint, content=buf.getvalue(), headers={"content-type": "application/zip"})
+    assert r.status_code == 422, r.text
+    assert "user 'u2'" in error_of(r)["detail"]
+    assert all_objects(cfg) == before
+
+
+async def test_an_oversized_manifest_meta_is_refused(make_config: MakeConfig) -> None:
+    """Issue 28: a bundle's manifest ``meta`` is capped as a state file is (1 MB as JSON); a 60 MB one
+    was accepted and slowed every later save. Refused whole, nothing changes; a small meta imports."""
+    from harness_memory.control.bundle import MAX_STATE_FILE_BYTES
+
+    cfg = make_config(backend="local", server={"max_request_bytes": 4_000_000},
+                      limits={"import_max_bytes": 4_000_000})
+    seed(cfg)
+    before = all_objects(cfg)
+    place = {"kind": "user-agent", "user_id": "u1", "agent_type": "default",
+             "files": [{"file": "new.md", "content": GOOD}]}
+    async with api(cfg, wid="u1") as c:
+        r = await c.post("/users/me/memory/import",
+                         json={"places": [{**place, "meta": {"pad": "x" * (MAX_STATE_FILE_BYTES + 10)}}]})
+        assert r.status_code == 422, r.text
+        assert "meta is" in error_of(r)["detail"] and str(MAX_STATE_FILE_BYTES) in error_of(r)["detail"]
+        assert all_objects(cfg) == before
+        r = await c.post("/users/me/memory/import", json={"places": [{**place, "meta": {"note": "small"}}]})
+        assert r.status_code == 200, r.text
+    assert services_for(cfg).user_agent_dir("u1").manifest().meta.get("note") == "small"

@@ -128,10 +128,12 @@ async def test_zip_is_the_store_tree(cfg: MemoryConfig) -> None:
 
 
 async def test_a_zip_of_a_plain_tree_imports(cfg: MemoryConfig) -> None:
+    """The caller's own tree imports; one naming another user is refused (issue 28: it used to be
+    re-aimed at the caller; ``test_import_hostile`` checks the refusal)."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as zf:
-        zf.writestr(".harness/users/someone/agent-memory/default/a.md", GOOD)
-        zf.writestr(".harness/users/someone/agent-memory/default/MEMORY.md", "# stale index")
+        zf.writestr(".harness/users/u3/agent-memory/default/a.md", GOOD)
+        zf.writestr(".harness/users/u3/agent-memory/default/MEMORY.md", "# stale index")
         zf.writestr(".harness/sessions/session-x.md", "not a place: ignored")
         zf.writestr(".harness/.locks/x.lock", "")
     async with api(cfg, wid="u3") as c:
@@ -331,3 +333,24 @@ def test_forget_everything_also_drops_queued_auto_memory_updates(make_config: An
         assert client.delete("/users/me/memory", headers={"wid": "forgetful"}).status_code == 200
     assert auto.worker.pending_count() == 0
     assert auto.flush(5) and llm_server.chat_requests == []
+
+
+@pytest.mark.parametrize("route", ["import", "file"])
+async def test_a_chunked_body_over_the_limit_is_413(make_config: MakeConfig, route: str) -> None:
+    """Issue 28: a body sent without a Content-Length (chunked) over ``max_request_bytes`` answers 413
+    like a declared one (it was a 500 with a traceback), and nothing is stored."""
+    cfg = make_config(backend="cos", server={"max_request_bytes": 100_000})
+
+    async def chunks() -> Any:
+        for _ in range(40):
+            yield b"x" * 10_000
+
+    async with api(cfg, wid="u1") as c:
+        if route == "import":
+            r = await c.post("/users/me/memory/import", content=chunks(), headers={"content-type": "application/json"})
+        else:
+            r = await c.put("/users/me/agents/default/memory/files/a.md", content=chunks(),
+                            headers={"content-type": "application/json"})
+    assert r.status_code == 413, r.text
+    assert error_of(r)["code"] == "too_large"
+    assert keys(cfg) == []

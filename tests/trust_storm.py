@@ -4,8 +4,8 @@ the store past ``cos_timeout x attempts``; afterwards every operation's report i
 against what readers see. Used by ``tests/test_trust_storm.py`` (short) and ``bench`` (long).
 
 The rules checked: an operation reported **done** is never lost (its file is there and indexed,
-its ledger line is in the ledger); one reported **failed** changed nothing readable (no file, no
-index entry, no ledger line). ``unknown`` (the store died mid-commit; a head that landed with its
+its ledger line is in the ledger, exactly once); one reported **failed** changed nothing readable (no
+file, no index entry, no ledger line). ``unknown`` (the store died mid-commit; a head that landed with its
 redo record is completed by the next writer) may go either way.
 """
 
@@ -27,6 +27,7 @@ from harness_memory.config import MemoryConfig
 from harness_memory.locks import RedisLocker
 from harness_memory.services import MemoryServices
 from tests.helpers import ROOT, child_env, write_config
+from tests.httpfaults import HttpFaultProxy
 from tests.trust_worker import END, LEDGER, ledger_seed
 
 USER = "storm"
@@ -38,6 +39,11 @@ class StormReport:
     holder_stops: int = 0
     store_pauses: int = 0
     redis_outages: int = 0
+    #: Answers the HTTP proxy lost or held back past the timeout (``drops``), after delivering them.
+    dropped_answers: int = 0
+    delayed_answers: int = 0
+    #: A replace whose ledger line is there more than once (applied twice).
+    doubled: list[str] = field(default_factory=list)
     lost: list[str] = field(default_factory=list)  # reported done, not readable
     leaked: list[str] = field(default_factory=list)  # reported failed, yet readable
     index_mismatch: list[str] = field(default_factory=list)
@@ -59,13 +65,38 @@ def _pause(pid: int, seconds: float) -> None:
 
 def run(cfg: MemoryConfig, tmp: Path, *, workers: int = 8, seconds: float = 6.0, store_pid: int | None = None,
         stop_holders: bool = True, store_pauses: int = 1, redis_outage: tuple[Any, float, float] | None = None,
-        seed: int = 12) -> StormReport:
+        seed: int = 12, drops: float = 0.0, create_only: bool = False) -> StormReport:
     """Run the storm on ``cfg`` (COS + Redis) and check every report; see the module docstring.
 
     ``redis_outage``: (the ``RedisServer`` of ``cfg``, seconds after the start, duration): the
-    server is killed then restarted (empty) on the same port."""
+    server is killed then restarted (empty) on the same port. ``drops``: the workers reach the
+    store through ``HttpFaultProxy``, which delivers every request and loses the answer of that
+    share of the writes (PUT, DELETE) — and holds back half as many past ``cos_timeout`` — so the
+    retries meet their own first attempts. ``create_only``: the saves are create-only."""
     rnd = random.Random(seed)
     report = StormReport()
+    proxy = None
+    if drops:
+        _, _, rest = str(cfg.store.cos_domain).partition(":")
+        port, _, bucket = rest.partition("/")
+        proxy = HttpFaultProxy(int(port), seed=seed).start()
+        writes = ("PUT", "DELETE")
+        proxy.drop(lambda method, path, headers: method in writes, rate=drops)
+        proxy.delay(lambda method, path, headers: method in writes, cfg.store.cos_timeout + 0.3, rate=drops / 2)
+        cfg = cfg.model_copy(update={"store": cfg.store.model_copy(update={"cos_domain": proxy.domain_for(bucket)})})
+    try:
+        return _run(cfg, tmp, report, rnd, workers, seconds, store_pid, stop_holders, store_pauses, redis_outage,
+                    proxy, create_only)
+    finally:
+        if proxy is not None:
+            report.dropped_answers = len(proxy.faults("drop"))
+            report.delayed_answers = len(proxy.faults("delay"))
+            proxy.close()
+
+
+def _run(cfg: MemoryConfig, tmp: Path, report: StormReport, rnd: random.Random, workers: int, seconds: float,
+         store_pid: int | None, stop_holders: bool, store_pauses: int, redis_outage: tuple[Any, float, float] | None,
+         proxy: HttpFaultProxy | None, create_only: bool) -> StormReport:
     services = MemoryServices.from_config(cfg)
     mdir = services.user_agent_dir(USER)
     mdir.save(LEDGER, ledger_seed())
@@ -73,6 +104,8 @@ def run(cfg: MemoryConfig, tmp: Path, *, workers: int = 8, seconds: float = 6.0,
     lock_key = services.locker.keys(mdir.place.lock_name())[0]
     log = tmp / "storm-ops.jsonl"
     env = child_env(write_config(cfg, tmp / "storm.yaml"))
+    if create_only:
+        env = {**env, "HM_STORM_CREATE_ONLY": "1"}
     procs = [subprocess.Popen([sys.executable, "-m", "tests.trust_worker", USER, str(w), str(seconds), str(log)],
                               cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, text=True) for w in range(workers)]
@@ -120,6 +153,8 @@ def run(cfg: MemoryConfig, tmp: Path, *, workers: int = 8, seconds: float = 6.0,
                 os.kill(p.pid, signal.SIGCONT)
                 p.kill()
     report.ops = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if proxy is not None:
+        proxy.rules.clear()  # the check reads through the proxy: no faults now
     _check(mdir, report)
     services.close()
     return report
@@ -143,7 +178,10 @@ def _check(mdir: Any, report: StormReport) -> None:
             name = f"{op['op']}.md"
             readable = name in manifest.entries or mdir.store.exists(mdir.place.key(name))
         else:
-            readable = f"- {op['op']}\n" in ledger
+            times = ledger.count(f"- {op['op']}\n")
+            readable = times > 0
+            if times > 1:
+                report.doubled.append(op["op"])
         if op["outcome"] == "done" and not readable:
             report.lost.append(op["op"])
         elif op["outcome"] == "failed" and readable:

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from harness_memory.config import MemoryConfig
 from harness_memory.errors import OutcomeUnknown
 from harness_memory.locks import Lease
+from harness_memory.memdir import ABSENT
 from harness_memory.services import MemoryServices
 
 LEDGER = "ledger.md"
@@ -45,6 +46,7 @@ def main() -> int:
                             datefmt="%H:%M:%S")
         for noisy in ("urllib3", "qcloud_cos", "httpx", "openai"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
+    create_only = os.environ.get("HM_STORM_CREATE_ONLY") == "1"  # saves are create-only (``expect=ABSENT``)
     services = MemoryServices.from_config(MemoryConfig.load())
     mdir = services.user_agent_dir(user)
     waited = {"s": 0.0}
@@ -82,7 +84,7 @@ def main() -> int:
             logging.getLogger("storm").debug("start %s %s", op, kind)
             try:
                 if kind == "save":
-                    mdir.save(f"{op}.md", note(op))
+                    mdir.save(f"{op}.md", note(op), expect=ABSENT if create_only else None)
                 else:
                     mdir.replace_chunk(LEDGER, END, f"- {op}\n{END}")
                 outcome = "done"

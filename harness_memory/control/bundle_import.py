@@ -58,6 +58,9 @@ class ImportTarget:
     place: Place | None = None
     user_id: str | None = None
     allow_shared: bool = False
+    #: An operator's explicit "put it there" (CLI ``--into``): places naming another user are
+    #: moved to ``user_id`` / ``place``. Without it (a user's import over HTTP) they are refused.
+    retarget: bool = False
 
 
 def plan_import(bundle: Bundle, target: ImportTarget, dirs: DirFactory, key_prefix: str = "memory/", *,
@@ -88,6 +91,9 @@ def plan_import(bundle: Bundle, target: ImportTarget, dirs: DirFactory, key_pref
         plan = planned.setdefault(place.prefix, PlannedPlace(dirs(place)))
         if target.place is None or target.place.kind == src.kind:
             plan.meta = {**(plan.meta or {}), **src.meta}
+            problem = _check_meta(plan.meta)
+            if problem:
+                problems.append(f"{where}: meta {problem}")
         seen = seen_by_place.setdefault(place.prefix, {})
         for item in src.files:
             problem = _check_file(plan, item, seen)
@@ -130,6 +136,13 @@ def _bound_problems(bundle: Bundle, limits: LimitsConfig) -> list[str]:
 
 
 def _target_place(src: BundlePlace, target: ImportTarget, key_prefix: str) -> Place:
+    """Where ``src`` goes. A place that names a user other than the one this import writes for is
+    refused (not re-aimed at the caller) unless the operator asked for that (``retarget``): a bundle
+    is read as what it says, and "users/A/…" in user B's import is a place B may not write."""
+    owner = target.place.user_id if target.place is not None else target.user_id
+    if not target.retarget and owner is not None and src.user_id is not None and src.user_id != owner:
+        raise InvalidName(f"it holds memory of user {src.user_id!r}, and this import writes only user {owner!r}'s "
+                          "memory (to copy it, change user_id in the bundle, or import it as that user)")
     if target.place is not None:
         return target.place
     if src.kind in (PlaceKind.SHARED_AGENT, PlaceKind.SHARED_AUTO):
@@ -141,6 +154,15 @@ def _target_place(src: BundlePlace, target: ImportTarget, key_prefix: str) -> Pl
     if user is not None:
         validate_id(user, "user id")
     return src.place(key_prefix, user_id=user)
+
+
+def _check_meta(meta: dict[str, Any]) -> str | None:
+    """The manifest's ``meta`` rides in the head every save rewrites and every build reads: capped
+    as a state file is (a 60 MB meta was accepted, and every later save then took seconds)."""
+    size = len(json.dumps(meta, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    if size > MAX_STATE_FILE_BYTES:
+        return f"is {size} bytes as JSON; at most {MAX_STATE_FILE_BYTES} bytes are kept with a memory directory"
+    return None
 
 
 def _check_state(item: BundleFile) -> str | None:

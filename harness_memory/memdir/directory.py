@@ -33,6 +33,7 @@ from ..errors import (
     OutcomeUnknown,
     PreconditionFailed,
     StorageError,
+    StorageUnavailable,
     WriteConflict,
 )
 from ..layout import INDEX_FILE, INTENT_FILE, MANIFEST_FILE, Place, validate_filename
@@ -536,12 +537,17 @@ class MemoryDir:
 
     def delete(self, file: str) -> bool:
         """Remove a memory file and its index entry; False when it did not exist."""
+        return self.remove(file) is not None
+
+    def remove(self, file: str) -> TxnResult | None:
+        """``delete`` that returns what the commit did (None: the file did not exist), so a caller
+        can say whether MEMORY.md was rewritten (``TxnResult.index_warning``)."""
         file = validate_filename(file)
         with self.transaction() as txn:
             if not self.store.exists(self.place.key(file)) and file not in txn.manifest.entries:
-                return False
+                return None
             txn.delete(file)
-        return True
+        return _committed(txn)
 
     def update_meta(self, mutate: Callable[[Manifest], None]) -> Manifest:
         """Change the manifest's ``meta`` (or entries) under the place lock."""
@@ -625,7 +631,7 @@ class MemoryDir:
     def commit_manifest(self, mutate: Callable[[Manifest], object],
                         start: tuple[Manifest, str | None] | None = None, lease: Lease = LOCAL_LEASE, *,
                         compact: bool = False, changes: tuple[list[str], list[str]] | None = None,
-                        refresh: Callable[[Manifest], None] | None = None) -> Manifest:
+                        refresh: Callable[[Manifest], None] | None = None, txid: str = "") -> Manifest:
         """Read-modify-write the manifest's head (conditional PUT; ``stored.py``): the commit point.
         Nothing else is written before it but objects nothing reads until the head names them (a
         new base when it compacts, the redo texts of a big batch), so a head that does not land
@@ -640,19 +646,29 @@ class MemoryDir:
         place's base — ``changes`` (files written, files removed) when the caller knows them, else
         found by identity (entries are replaced, never changed in place) — so a save PUTs
         O(changed) manifest bytes.
+
+        ``txid``: the commit's id (``mutate`` writes it into the head). An unclear answer to the
+        head PUT — a 412 (it may be the retry of a first attempt that landed, its answer lost), or
+        a timeout / dropped connection after sending — is resolved by reading the head: a head
+        holding ``txid`` (``Manifest.holds_commit``) means this commit landed and is returned as
+        done, never redone. After a timeout, where the store enforces conditions, a head still at
+        the version we PUT against is PUT again with the same condition: of the lost attempt and
+        the new one exactly one can land, so the outcome becomes certain.
         """
         deadline = time.monotonic() + self.limits.lock_wait_seconds
         pause = 0.01
         attempt = 0
         prefix = self.place.prefix
         redo_object: str | None = None  # the redo texts' object, once written (same name on every try)
+        again: tuple[Manifest, str | None] | None = None  # the head read back after a refused PUT
         while True:
             attempt += 1
             if start is not None:
                 manifest, etag = start
                 start = None
             else:
-                manifest, etag = self.load_manifest()
+                manifest, etag = again if again is not None else self.load_manifest()
+                again = None
                 if refresh is not None:
                     refresh(manifest)
             if changes is not None:  # the caller knows what it changes: O(changed)
@@ -675,14 +691,14 @@ class MemoryDir:
             if plan.redo_object is not None:
                 redo_object = plan.redo_object[0]
             try:
-                if etag is None:
-                    manifest.head_etag = self.store.put_if_absent(self.manifest_key, plan.head,
-                                                                  content_type=stored.JSON)
-                else:
-                    manifest.head_etag = self.store.put_if_match(self.manifest_key, plan.head, etag,
-                                                                 content_type=stored.JSON)
+                landed = self._put_head(plan.head, etag, txid, deadline, lease)
+                if isinstance(landed, str):
+                    manifest.head_etag = landed
+                else:  # our own head, read back after an unclear answer: the commit is done
+                    manifest = landed
                 break
-            except PreconditionFailed:  # someone wrote between our read and write: read again
+            except _HeadMoved as exc:  # someone else's head landed between our read and write: again
+                again = exc.head
                 if plan.base is not None:
                     self._drop_base(plan.base[0])
                 if attempt >= COMMIT_ATTEMPTS and time.monotonic() + pause > deadline:
@@ -706,6 +722,59 @@ class MemoryDir:
             self._drop_base(plan.retired)
         return manifest
 
+    def _put_head(self, data: bytes, etag: str | None, txid: str, deadline: float, lease: Lease
+                  ) -> str | Manifest:
+        """PUT the head conditional on ``etag`` (create-only when None): its new etag, or — when the
+        answer was unclear and the head read back holds ``txid`` — that head. Raises ``_HeadMoved``
+        when another commit's head is there instead (nothing of ours landed or ever can: our
+        condition names a version that is gone). A timeout where the head is still at ``etag`` is
+        retried with the same condition (exactly one of the attempts can land), until ``deadline``;
+        then ``OutcomeUnknown``."""
+        pause = 0.05
+        while True:
+            try:
+                if etag is None:
+                    return self.store.put_if_absent(self.manifest_key, data, content_type=stored.JSON)
+                return self.store.put_if_match(self.manifest_key, data, etag, content_type=stored.JSON)
+            except PreconditionFailed as exc:  # a 412 may be the retry of our own landed attempt
+                again = self._read_back(exc)
+                if again[0].holds_commit(txid):
+                    log.warning("%s: the index write was refused (%s) because our own earlier attempt had "
+                                "landed; the commit is done", self.place.label, exc)
+                    return again[0]
+                raise _HeadMoved(again) from None
+            except StorageUnavailable as exc:
+                if not (exc.maybe_applied and txid and self.store.supports_conditional_put):
+                    raise
+                again = self._read_back(exc)
+                if again[0].holds_commit(txid):
+                    log.warning("%s: the index write reported %s but had been stored", self.place.label, exc)
+                    return again[0]
+                if again[1] != etag:
+                    raise _HeadMoved(again) from None
+                if time.monotonic() + pause > deadline:
+                    raise OutcomeUnknown(f"the memory store did not answer the index write of "
+                                         f"{self.place.label} ({exc}); it may still take effect") from exc
+                log.info("%s: the index write reported %s and the head is unchanged; writing it again",
+                         self.place.label, exc)
+                time.sleep(pause * (0.5 + random.random()))
+                pause = min(pause * 2, 1.0)
+                try:
+                    lease.check()
+                except LeaseLost as lost:  # our first attempt may still land: not "failed"
+                    raise OutcomeUnknown(f"the lock of {self.place.label} was lost while its index write was "
+                                         f"unanswered ({exc}); the change may or may not have taken effect") from lost
+
+    def _read_back(self, cause: StorageError) -> tuple[Manifest, str | None]:
+        """The head after an unclear answer to its PUT; ``OutcomeUnknown`` when it cannot be read
+        (our head may be there: neither "done" nor "failed" would be true)."""
+        try:
+            return self.load_manifest()
+        except StorageError as exc:
+            raise OutcomeUnknown(f"the memory store failed while writing the index of {self.place.label} "
+                                 f"({cause}) and it cannot be read back ({exc}); the change may or may not "
+                                 "have taken effect") from exc
+
     def _put_new_objects(self, plan: stored.Plan, redo_written: str | None) -> None:
         """The objects a head will name, before it: a new base, the redo texts (side by side)."""
         puts: list[tuple[str, bytes]] = []
@@ -721,14 +790,17 @@ class MemoryDir:
             for key, data in puts:
                 self.store.put(key, data, content_type=stored.JSON)
 
-    def put_index(self, manifest: Manifest) -> None:
-        """PUT MEMORY.md rendered from ``manifest``. A failure is logged: the manifest is the index
-        of record and the next commit renders MEMORY.md again."""
+    def put_index(self, manifest: Manifest) -> str | None:
+        """PUT MEMORY.md rendered from ``manifest``. A failure is logged and returned (what to tell
+        the caller, who must not say "MEMORY.md updated"): the manifest is the index of record and
+        the next commit renders MEMORY.md again."""
         try:
             self.store.put(self.index_key, render_index(manifest).encode("utf-8"),
                            content_type="text/markdown; charset=utf-8")
         except StorageError as exc:
             log.warning("MEMORY.md of %s not refreshed (%s); the manifest is current", self.place.label, exc)
+            return f"MEMORY.md could not be rewritten ({exc})"
+        return None
 
     def _drop_base(self, gen: str) -> None:
         """Remove a base no head names (best effort: ``reindex`` removes any left over)."""
@@ -736,6 +808,14 @@ class MemoryDir:
             stored.remove_base(self.store, self.place.prefix, gen)
         except StorageError as exc:
             log.info("old manifest base %s of %s not removed (%s)", gen, self.place.label, exc)
+
+
+class _HeadMoved(PreconditionFailed):
+    """Another commit's head is where ours was to go (read back: ``head``)."""
+
+    def __init__(self, head: tuple[Manifest, str | None]) -> None:
+        super().__init__("the index changed since it was read")
+        self.head = head
 
 
 def _committed(txn: PlaceTxn) -> TxnResult:

@@ -31,6 +31,9 @@ from .redo import Redo
 
 #: 3: the head carries the redo record of its commit (``redo.py``); 2: head + base; 1: one object.
 MANIFEST_VERSION = 3
+#: Commit ids a head remembers besides its own (``Manifest.recent``): ~300 bytes, and enough for
+#: any writer to read the head back well before that many commits land on top of its own.
+RECENT_TXIDS = 16
 # Frontmatter keys copied into the manifest so readers need not open the file.
 MANIFEST_EXTRA_KEYS = ("confidence", "category", "source", "source_error", "created", "updated", "tags",
                        "confirmed", "confirmations", "expires")
@@ -84,6 +87,10 @@ class Manifest:
     #: Id of the commit that wrote this head (with files or removals: its redo record's id).
     #: Not in ``meta``, so exports and imports never carry it.
     txn: str = ""
+    #: Ids of the commits before ``txn``, newest first (at most ``RECENT_TXIDS``): a writer whose
+    #: head PUT had an unclear answer finds its own commit here even when a later one landed on top
+    #: (``txn.py``), so it never applies the same change twice.
+    recent: list[str] = field(default_factory=list, repr=False)
     #: What the commit of this head writes after it (``redo.py``): the next holder completes it
     #: unless it is known done. None: that commit wrote no file.
     redo: Redo | None = field(default=None, repr=False)
@@ -101,6 +108,10 @@ class Manifest:
     prev_base: str | None = field(default=None, repr=False)
     #: The etag of the head this manifest was read from or committed as (None: not stored yet).
     head_etag: str | None = field(default=None, repr=False, compare=False)
+
+    def holds_commit(self, txid: str) -> bool:
+        """Whether commit ``txid`` is this head's or one of the commits just before it."""
+        return bool(txid) and (txid == self.txn or txid in self.recent)
 
     def sorted_files(self) -> Iterator[str]:
         """File names in order, lazily: the base's stored order merged with the names the changes
@@ -159,6 +170,8 @@ class Manifest:
             "txn": self.txn,
             "entries": [e.to_dict() for e in self.sorted_entries()],
         }
+        if self.recent:
+            payload["recent"] = self.recent
         if self.redo is not None:
             payload["redo"] = self.redo.to_json(inline=self.redo.object is None)
         return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")

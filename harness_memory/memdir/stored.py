@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MemoryFormatError, ObjectNotFound
-from .index import MANIFEST_VERSION, Manifest, ManifestEntry, entry_from_dict
+from .index import MANIFEST_VERSION, RECENT_TXIDS, Manifest, ManifestEntry, entry_from_dict
 from .redo import Redo
 
 if TYPE_CHECKING:
@@ -93,6 +93,9 @@ def parse_head(data: bytes) -> Head:
         manifest = Manifest(updated_at=float(payload.get("updated_at", 0.0)),
                             meta=meta if isinstance(meta, dict) else {}, txn=str(payload.get("txn") or ""),
                             version=int(payload.get("version", 1)))
+        recent = payload.get("recent")
+        if isinstance(recent, list):
+            manifest.recent = [str(t) for t in recent[:RECENT_TXIDS]]
         redo = payload.get("redo")
         if redo is not None:
             manifest.redo = Redo.from_json(redo)
@@ -144,7 +147,7 @@ def head_bytes(manifest: Manifest) -> bytes:
     changed = [_row(e) for f, e in sorted(manifest.delta.items()) if e is not None]
     removed = sorted(f for f, e in manifest.delta.items() if e is None)
     payload: dict[str, Any] = {"version": MANIFEST_VERSION, "updated_at": manifest.updated_at, "meta": manifest.meta,
-               "txn": manifest.txn, "count": len(manifest.entries),
+               "txn": manifest.txn, "recent": manifest.recent, "count": len(manifest.entries),
                "base": {"gen": manifest.base, "prev": manifest.prev_base},
                "entries": {"changed": changed, "removed": removed}}
     return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")

@@ -24,7 +24,10 @@ A transaction, inside ``MemoryDir.transaction()`` (which holds the place lock):
 The place lock is a lease: ``lease.check()`` runs before the head and before the file writes, so
 a holder that stalled past its lease stops before writing over the next holder's work
 (``LeaseLost``). If the head PUT fails, nothing was written and the error is raised: readers see
-the place as before. If the head PUT's outcome cannot be read back, or a file PUT fails after the
+the place as before. An unclear answer to it (a timeout, a 412 that may answer a retry of a
+landed first attempt) is settled by reading the head: the commit's txid there (as the head's
+commit or one of its ``recent`` ones) means it landed — done, never redone (``MemoryDir._put_head``;
+docs/consistency.md). If the head PUT's outcome cannot be read back, or a file PUT fails after the
 head landed, ``OutcomeUnknown`` is raised: the change is recorded in the head, and the next
 writer (or ``reindex``) completes it from there. Objects are deleted only after the manifest no
 longer lists them, so a failed commit never loses a file.
@@ -32,6 +35,7 @@ longer lists them, so a failed commit never loses a file.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import secrets
@@ -55,7 +59,7 @@ from ..observe import wrap_context
 from ..storage.base import DeleteFailure, ObjectStore, StoredObject
 from . import heads
 from . import redo as redos
-from .index import Manifest, ManifestEntry
+from .index import RECENT_TXIDS, Manifest, ManifestEntry
 from .model import MemoryFile
 from .redo import Redo, RedoWrite, md5_hex
 
@@ -90,6 +94,8 @@ class TxnResult:
     manifest: Manifest = field(default_factory=Manifest)
     state_failures: list[str] = field(default_factory=list)
     delete_failures: list[str] = field(default_factory=list)
+    #: Why MEMORY.md was not rewritten by this commit (None: it was, or the caller renders it).
+    index_warning: str | None = None
 
 
 @dataclass(slots=True)
@@ -279,10 +285,20 @@ class PlaceTxn:
                 self._apply, start=(self.manifest, self.etag), lease=self.lease, compact=self._compact,
                 changes=None if self._mutations or self._clear_entries
                 else ([w.file for w in writes], list(self._deletes)),
-                refresh=self._refresh)
+                refresh=self._refresh, txid=self.txid)
         except BaseException as exc:
             manifest = self._head_outcome(exc)
         out = TxnResult(saved=list(self._results), manifest=manifest)
+        if manifest.txn != self.txid:
+            # Our head landed, its answer was lost, and a later commit landed on top before we read
+            # it back: that commit's writer completed ours first (every transaction completes the
+            # head it starts from), so nothing is left to write — and writing now would put our
+            # older text over the later change.
+            log.warning("%s: commit %s landed and a later one (%s) completed it", self.dir.place.label,
+                        self.txid, manifest.txn)
+            self._write_state(out)
+            self.committed = out
+            return out
         self._after_head(out, writes)
         self.committed = out
         return out
@@ -338,6 +354,8 @@ class PlaceTxn:
             self._redo = Redo(self.txid, self.lease.fence, now, rows, gone, {w.file: w.text for w in writes})
 
     def _apply(self, m: Manifest) -> None:
+        if m.txn and m.txn != self.txid:  # the commits before ours, for a writer reading back late
+            m.recent = [m.txn, *(t for t in m.recent if t not in (m.txn, self.txid))][:RECENT_TXIDS]
         m.txn = self.txid  # read back after an unclear head PUT: did it land?
         m.redo = self._redo
         if self._clear_entries:
@@ -383,7 +401,7 @@ class PlaceTxn:
             if maybe:
                 raise self._unknown(exc) from exc
             raise exc from None
-        if current.txn == self.txid:
+        if current.holds_commit(self.txid):
             log.warning("%s: the index write reported %s but had been stored", self.dir.place.label, exc)
             return current
         if maybe:  # a stalled store may still apply it later
@@ -479,6 +497,11 @@ class PlaceTxn:
         for r in results[len(writes):len(results) - deleting]:
             if isinstance(r, BaseException):  # views never raise; anything else is a bug to see
                 log.warning("%s: updating MEMORY.md or the search index failed (%s)", place.label, r)
+        if views:
+            index = results[len(writes)]
+            if isinstance(index, BaseException | str):
+                out.index_warning = str(index)
+                out.saved = [dataclasses.replace(r, index_warning=out.index_warning) for r in out.saved]
         if failed:
             first = failed[0][1]
             log.warning("%s: %d file(s) of commit %s not written after its index (%s); the next writer "
@@ -490,6 +513,11 @@ class PlaceTxn:
         else:
             etags = {w.file: r for w, r in zip(writes, results, strict=False) if isinstance(r, str) and r}
             self._finished(manifest, etags, gone)
+        self._write_state(out)
+
+    def _write_state(self, out: TxnResult) -> None:
+        """The state files, after the commit (best effort: failures are listed in ``out``)."""
+        store, place = self.dir.store, self.dir.place
         for name, data in self._state.items():
             try:
                 store.put(place.prefix + name, data, content_type="application/json")
@@ -540,6 +568,9 @@ class PlaceTxn:
             return store.put_if_match(key, w.data, prior, content_type=MARKDOWN)
         except PreconditionFailed:
             pass
+        except StorageUnavailable as exc:  # an unclear answer: look at what is there, as after a refusal
+            if not exc.maybe_applied or not store.supports_conditional_put:
+                raise
         ours = md5_hex(w.data)
         for attempt in range(1, _PUT_FILE_ATTEMPTS + 1):
             current = store.get_or_none(key)

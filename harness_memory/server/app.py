@@ -33,7 +33,7 @@ from ..config import MemoryConfig
 from ..services import MemoryServices, services_for
 from .csrf import CrossSiteGuard
 from .deps import ServerContext
-from .errors import MemoryRoute, error_body, install_error_handlers
+from .errors import ApiError, MemoryRoute, error_body, install_error_handlers
 from .front_door import add_front_door
 from .routes.facts import add_facts_routes
 from .routes.fields import add_field_routes
@@ -123,7 +123,7 @@ class BodyLimit:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.limit:
-                    raise _TooLarge
+                    raise _TooLarge(self.limit)
             return message
 
         async def tracking_send(message: Message) -> None:
@@ -138,8 +138,13 @@ class BodyLimit:
                 await _too_large(send, self.limit)
 
 
-class _TooLarge(Exception):
-    pass
+class _TooLarge(ApiError):
+    """Raised from ``receive`` inside the app: an ``ApiError`` (413), so whichever handler catches it
+    — a route's, FastAPI's body parsing (which re-raises HTTPExceptions), the app's — answers 413,
+    not a 500 with a traceback (a chunked body has no Content-Length to refuse up front)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"the body is larger than {limit} bytes (server.max_request_bytes)", "too_large")
 
 
 async def _too_large(send: Send, limit: int) -> None:

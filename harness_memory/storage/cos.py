@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Executor
 from datetime import datetime
@@ -92,6 +93,9 @@ class CosStore(ObjectStore):
         self._session.mount("https://", adapter)
         sdk = _sdk_config(cfg)
         self._client = CosS3Client(sdk, retry=cfg.cos_retries, session=self._session)
+        #: Conditional PUTs go through a client that never retries: ``_put_conditional`` does, and
+        #: so knows when a refusal answers a retry (whose first attempt may have landed).
+        self._once = CosS3Client(sdk, retry=0, session=self._session)
         _settle_environment(self._session, sdk, self.bucket)
         _quiet_sdk_logs()
 
@@ -193,6 +197,8 @@ class CosStore(ObjectStore):
         body = bytes(data)
         if content_type:
             headers["ContentType"] = content_type
+        if cond is not None:
+            return self._put_conditional(key, body, cond, headers)
         resp = self._call(
             "write",
             key,
@@ -200,6 +206,48 @@ class CosStore(ObjectStore):
             cond=cond,
         )
         return _etag(resp) or _md5(body)
+
+    def _put_conditional(self, key: str, body: bytes, cond: Condition, headers: dict[str, Any]) -> str:
+        """A conditional PUT with our own retries (``cos_retries``; 0.25 s, 0.5 s, then 1 s apart).
+
+        Why not the SDK's: it resends blindly, so when a first attempt lands and its answer is lost
+        (a timeout, a connection dropped after delivery, a 5xx from a proxy), the retry meets the
+        version that attempt wrote and is refused (412 / 409) — a write that happened, reported as
+        a conflict. Here a refusal that answers a retry is checked: when the object holds exactly
+        the bytes we sent, our earlier attempt landed and its etag is returned. (A conditional PUT
+        can be resent safely: both attempts carry the same condition, so at most one lands.)"""
+        unclear: StorageError | None = None
+        for attempt in range(self.cfg.cos_retries + 1):
+            if attempt:
+                time.sleep(min(1.0, 0.25 * 2 ** (attempt - 1)))
+            try:
+                resp = self._call(
+                    "write", key,
+                    lambda: self._once.put_object(Bucket=self.bucket, Key=key, Body=body, **headers), cond=cond)
+                return _etag(resp) or _md5(body)
+            except PreconditionFailed:
+                if unclear is None:
+                    raise
+                try:
+                    current = self.get_or_none(key)
+                except StorageError as exc:
+                    raise StorageUnavailable(f"the retry of a write of {key} was refused after an unanswered "
+                                             f"attempt ({unclear}), and it cannot be read back ({exc})",
+                                             maybe_applied=True) from exc
+                if current is not None and current.data == body:
+                    logging.getLogger(__name__).info(
+                        "%s: the retry of a conditional write was refused because its first attempt had "
+                        "landed (%s)", key, unclear)
+                    return current.etag
+                raise
+            except StorageUnavailable as exc:
+                if exc.maybe_applied or _server_said(exc):  # (a refused connection sent nothing)
+                    unclear = exc
+                if attempt == self.cfg.cos_retries:
+                    if unclear is not None and not exc.maybe_applied:  # an attempt may have landed
+                        raise StorageUnavailable(str(exc), maybe_applied=True) from exc
+                    raise
+        raise AssertionError("unreachable")
 
     def delete(self, key: str) -> None:
         validate_key(key, self.key_prefix)
@@ -423,6 +471,12 @@ def _sdk_config(cfg: StoreConfig) -> CosConfig:
         return CosConfig(**kwargs)
     except CosClientError as exc:
         raise ConfigError(f"invalid COS settings: {exc}") from None
+
+
+def _server_said(exc: StorageError) -> bool:
+    """A 5xx answer (the server, or a proxy before it, may have applied the request)."""
+    cause = exc.__cause__
+    return isinstance(cause, CosServiceError)
 
 
 def _bucket_from_domain(domain: str) -> str:
