@@ -59,7 +59,9 @@ class StoreConfig(_Section):
     cos_scheme: Literal["http", "https"] = Field("https", description="`http` or `https`.")
     cos_anonymous: bool = Field(False, description="Send unsigned requests (local test servers).")
     cos_timeout: float = Field(10.0, gt=0, description="Seconds per COS request.")
-    cos_retries: int = Field(1, ge=0, le=10, description="Retries on network errors and 5xx (conditional PUTs are retried by the store itself, which reads back what an unclear attempt left).")
+    cos_retries: int = Field(1, ge=0, le=10, description="Retries on network errors and 5xx (conditional "
+                             "PUTs are retried by the store itself, which reads back what an unclear "
+                             "attempt left).")
     cos_pool_size: int = Field(32, ge=1, description="HTTP connection pool size of the COS client.")
     cos_conditional_put: Literal["auto", "on", "off"] = Field(
         "auto",
