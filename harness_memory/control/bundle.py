@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import InvalidName, MemoryFormatError
 from ..layout import Place, PlaceKind, is_derived
 from ..memdir import Manifest, MemoryDir, is_state_file
+from ..memdir.trash import is_kept
 from .places import is_memory_file, place_path
 
 log = logging.getLogger(__name__)
@@ -152,7 +153,7 @@ def export_places(dirs: Sequence[MemoryDir], scope: str, progress: Progress | No
                 names.add(name)
             elif is_state_file(name):
                 states.append(name)
-            elif not is_derived(name) and not name.endswith("MEMORY.md"):
+            elif not is_derived(name) and not is_kept(name) and not name.endswith("MEMORY.md"):
                 log.warning("export %s: skipping %s (not a memory file name)", mdir.place.label, name)
         plans.append((mdir, manifest, sorted(names), sorted(states)))
     total = sum(len(names) for _, _, names, _ in plans)

@@ -65,7 +65,8 @@ class FileList(BaseModel):
     files: list[FileEntry]
     matched: int | None = Field(None, description="Files matching `type` / `q` before `offset` / `limit` "
                                 "(listing only).")
-    types: dict[str, int] | None = Field(None, description="Files per type in the whole place (listing only).")
+    types: dict[str, int] | None = Field(None, description="Files per type matching `q` (all types; listing only).")
+    total: int | None = Field(None, description="Files in the whole place (listing only).")
 
 
 class IndexText(BaseModel):
@@ -154,6 +155,10 @@ class FactPatch(_Strict):
     confidence: float | None = Field(None, ge=0, le=1)
     source_error: str | None = Field(None, max_length=300)
     expires: dt.date | None = Field(None, description="The last day the fact holds.")
+
+
+class FactCorrection(_Strict):
+    content: str = Field(min_length=1, max_length=400, description="What is true instead, e.g. 'lives in Shanghai'.")
 
 
 class FactOut(BaseModel):
@@ -276,6 +281,7 @@ __all__ = [
     "Cleared",
     "CreateFile",
     "ErrorBody",
+    "FactCorrection",
     "FactIn",
     "FactList",
     "FactOut",

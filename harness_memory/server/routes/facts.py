@@ -21,7 +21,7 @@ from ...errors import HarnessMemoryError
 from ..auth import Caller
 from ..deps import ServerContext
 from ..errors import ApiError
-from ..schemas import ERRORS, FactIn, FactList, FactOut, FactPatch, FactsCleared, ProfileBody
+from ..schemas import ERRORS, FactCorrection, FactIn, FactList, FactOut, FactPatch, FactsCleared, ProfileBody
 
 FactIdPath = Annotated[str, PathParam(description="The fact id (its file name without `.md`).", max_length=128)]
 
@@ -84,7 +84,16 @@ def add_fact_routes(router: APIRouter, ctx: ServerContext, base: str, owner: Cal
                 confidence=body.confidence, source_error=body.source_error, expires=body.expires, shared=shared)
         return FactOut(**fact_dict(fact))
 
-    @router.delete(f"{base}/facts/{{fact_id}}", **opts, status_code=status.HTTP_204_NO_CONTENT, summary="Delete a fact")
+    @router.post(f"{base}/facts/{{fact_id}}/correct", **opts, response_model=FactOut,
+                 summary="\"This is wrong\": the fact becomes a correction; the old belief is kept as its "
+                 "source error (shown to the assistant as \"avoid\")")
+    def correct_fact(user: Owner, fact_id: FactIdPath, body: FactCorrection) -> FactOut:
+        with _as_http():
+            fact = auto_memory(ctx.services).correct_fact(user, fact_id, body.content, shared=shared)
+        return FactOut(**fact_dict(fact))
+
+    @router.delete(f"{base}/facts/{{fact_id}}", **opts, status_code=status.HTTP_204_NO_CONTENT,
+                   summary="Delete a fact (kept in the auto place's trash: `…/projects/{project}/memory/trash`)")
     def delete_fact(user: Owner, fact_id: FactIdPath) -> Response:
         if not auto_memory(ctx.services).delete_fact(user, fact_id, shared=shared):
             raise ApiError(404, f"there is no fact {fact_id!r}", "not_found")
