@@ -26,6 +26,7 @@ from ..config import LimitsConfig
 from ..errors import InvalidName, MemoryFormatError
 from ..layout import Place, PlaceKind, validate_filename, validate_id
 from ..memdir import Manifest, MemoryDir, is_state_file
+from ..memdir.trash import keep_removed
 from .bundle import MAX_STATE_FILE_BYTES, Bundle, BundleFile, BundlePlace, Progress
 from .places import place_path
 
@@ -230,6 +231,7 @@ def apply_import(plans: Sequence[PlannedPlace], mode: Literal["merge", "replace"
         with plan.mdir.transaction() as txn:
             if mode == "replace":
                 existing = plan.mdir.memory_files()
+                keep_removed(txn, sorted(existing), "import")  # what the import removes or overwrites: the trash
                 rep.cleared = len(existing)
                 txn.clear_entries()
                 for name in sorted(existing - {n for n, _, _ in plan.files}):

@@ -74,6 +74,7 @@ class IndexText(BaseModel):
     text: str = Field(description="MEMORY.md as the model sees it (capped).")
     truncated: bool
     total_lines: int
+    max_lines: int | None = Field(None, description="Lines the model reads (`limits.index_max_lines`).")
 
 
 class FileContent(BaseModel):
@@ -184,6 +185,9 @@ class FactList(BaseModel):
     place: str = Field(description="The auto-memory directory the facts live in.")
     count: int
     facts: list[FactOut]
+    tokens: int | None = Field(None, description="Tokens all these facts take as the assistant is shown them.")
+    max_tokens: int | None = Field(None, description="The budget of that block (`auto.max_injection_tokens`); "
+                                   "past it the least important facts are left out.")
 
 
 class ProfileBody(_Strict):

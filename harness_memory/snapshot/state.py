@@ -15,6 +15,7 @@ from typing import Any
 
 from ..layout import INDEX_FILE, SNAPSHOT_SYNC_FILE
 from ..memdir import Manifest, ManifestEntry, MemoryDir
+from ..memdir.trash import keep_removed
 from ..services import MemoryServices
 from .model import (
     META_KEY,
@@ -178,6 +179,7 @@ def _copy_in(memdir: MemoryDir, snapshot: Snapshot, *, stale: set[str] | None = 
         for f in files:
             txn.write(f.file, f.content)
         if stale is not None:
+            keep_removed(txn, sorted(stale), "snapshot")  # what the snapshot removes or overwrites: the trash
             txn.clear_entries()
             for file in sorted(stale - {f.file for f in files}):
                 txn.delete(file)

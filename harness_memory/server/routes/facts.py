@@ -14,10 +14,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Response, status
 from fastapi import Path as PathParam
 
+from ...auto.inject import fact_line
 from ...auto.model import Profile, ProfileKey
 from ...control.integrations import auto_memory, clear_facts, fact_dict
 from ...control.places import place_path
 from ...errors import HarnessMemoryError
+from ...tokens import count_tokens
 from ..auth import Caller
 from ..deps import ServerContext
 from ..errors import ApiError
@@ -65,7 +67,9 @@ def add_fact_routes(router: APIRouter, ctx: ServerContext, base: str, owner: Cal
     @router.get(f"{base}/facts", **opts, response_model=FactList, summary="The auto-memory facts, most confident first")
     def list_facts(user: Owner) -> FactList:
         facts = auto_memory(ctx.services).list_facts(user, shared=shared)
-        return FactList(place=place_label(user), count=len(facts), facts=[FactOut(**fact_dict(f)) for f in facts])
+        tokens = sum(count_tokens(fact_line(f)) + 1 for f in facts)  # one line each, as injected
+        return FactList(place=place_label(user), count=len(facts), facts=[FactOut(**fact_dict(f)) for f in facts],
+                        tokens=tokens, max_tokens=ctx.config.auto.max_injection_tokens)
 
     @router.post(f"{base}/facts", **opts, response_model=FactOut, status_code=status.HTTP_201_CREATED,
                  summary="Add a fact by hand (a near-duplicate is refreshed instead)")

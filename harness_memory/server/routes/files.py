@@ -121,7 +121,7 @@ def add_place_routes(router: APIRouter, prefix: str, resolve: Callable[..., Memo
     def index(mdir: Dir) -> IndexText:
         capped = mdir.index_text()
         return IndexText(place=place_info(mdir.place), text=capped.text, truncated=capped.truncated,
-                         total_lines=capped.total_lines)
+                         total_lines=capped.total_lines, max_lines=mdir.limits.index_max_lines)
 
     @router.post(prefix + "/reindex", response_model=FileList,
                  summary="Rebuild the manifest and MEMORY.md from the files (LIST; on demand)", **opts)
