@@ -162,8 +162,9 @@ async def test_listing_filters_and_pages_on_the_server(cfg: MemoryConfig) -> Non
         assert page["files"][8]["file"] == "m005.md"  # the most recently changed feedback first
         last = (await c.get(BASE, params={"limit": 10, "offset": 25, "order": "type"})).json()
         assert last["count"] == 5 and all(f["type"] == "reference" for f in last["files"])
+        # Every word must match, each anywhere (a word, or part of the file name, name or description).
         found = (await c.get(BASE, params={"q": "FACT 1", "type": "feedback"})).json()
-        assert sorted(f["file"] for f in found["files"]) == ["m001.md", "m013.md", "m017.md"]
-        assert found["matched"] == 3
+        assert sorted(f["file"] for f in found["files"]) == ["m001.md", "m013.md", "m017.md", "m021.md"]
+        assert found["matched"] == 4 and found["types"]["feedback"] == 4 and found["total"] == 30
         assert (await c.get(BASE, params={"q": "记忆"})).json()["matched"] == 29
         assert (await c.get(BASE, params={"limit": 0})).status_code == 422
