@@ -224,3 +224,19 @@ async def test_this_is_wrong_records_a_correction_the_assistant_avoids(cfg: Memo
         back = await c.post(f"/users/me/projects/default/memory/trash/{trash['items'][0]['id']}/restore")
         assert back.status_code == 200
         assert [f["content"] for f in (await c.get("/users/me/facts")).json()["facts"]] == ["lives in Hangzhou"]
+
+
+async def test_a_session_shows_which_memories_were_recalled_in_it(cfg: MemoryConfig) -> None:
+    from harness_memory.session.binding import bind_session
+
+    services = services_for(cfg)
+    bound, _ = bind_session("u1", "chat-7", cfg.session.bind_to_user)
+    services.surfaced_tracker().mark(bound, ["user_role.md", "notes/b.md"], user_id="u1")
+    async with api(cfg, wid="u1") as c:
+        seen = (await c.get("/users/me/sessions/chat-7/recalled")).json()
+        assert seen == {"session_id": "chat-7", "agent_type": "default", "files": ["notes/b.md", "user_role.md"]}
+        other = (await c.get("/users/me/sessions/chat-7/recalled", params={"agent_type": "coder"})).json()
+        assert other["files"] == []
+    async with api(cfg, wid="u2") as c:  # the same session id named by another user is their own (empty) one
+        assert (await c.get("/users/me/sessions/chat-7/recalled")).json()["files"] == []
+        assert (await c.get("/users/u1/sessions/chat-7/recalled")).status_code == 403

@@ -125,6 +125,18 @@ def test_search_finds_words_anywhere_and_counts_follow_it(browser: Any, server: 
     page.wait_for_selector("#page-info:has-text('1–4 of 4')", timeout=WAIT)
     assert page.locator("article.memory").first.get_attribute("data-file") == "new.md"
     assert page.locator(".type-head").count() == 0  # newest first: no type headings
+    # Which memories recall put into a conversation, by its session id.
+    from harness_memory.session.binding import bind_session
+
+    bound, _ = bind_session("u1", "chat-9", server.services.config.session.bind_to_user)
+    server.services.surfaced_tracker().mark(bound, ["db.md"], user_id="u1")
+    page.click("details.recalled summary")
+    page.fill("#recalled-session", "chat-9")
+    page.press("#recalled-session", "Enter")
+    page.wait_for_selector("#recalled-files a", timeout=WAIT)
+    page.click("#recalled-files a")
+    ready(page, "memory")
+    assert page.inner_text("#read-name") == "数据库选型"
 
 
 def test_read_view_collapses_a_long_body_and_save_stays_in_reach(browser: Any, server: LiveServer) -> None:

@@ -62,6 +62,7 @@ function places() {
   const agent = encodeURIComponent(agentType());
   return {
     mine: { route: 'memory', editRoute: 'edit', trash: '#/trash', base: `${userBase()}/agents/${agent}/memory`, editable: true,
+      sessions: `${userBase()}/sessions`, agentType: agentType(),
       title: 'Memories', label: `agent-memory/${agentType()}`, picker: agentPicker,
       hint: 'What the assistant saved about you, your feedback, your projects and references. Open one to correct it.' },
     shared: { route: 'shared', editRoute: 'shared-edit', base: `/shared/agents/${agent}/memory`, editable: true,

@@ -57,6 +57,11 @@ export function when(seconds) {
   return d.toLocaleString();
 }
 
+// Who made a change, in words (the `origin` the server records on trash items and versions).
+const ORIGIN = { person: 'you, on this page', api: 'the HTTP API', cli: 'the command line', restore: 'a restore',
+  import: 'an import', snapshot: 'a snapshot update' };
+export function originWords(origin) { return ORIGIN[origin] || origin || 'unknown'; }
+
 export function bytes(n) {
   if (n < 1024) return `${n} B`;
   if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KB`;

@@ -3,7 +3,7 @@
 // (rendered markdown, long bodies collapsed, earlier versions), edited on demand in a form whose
 // Save stays in reach. The server composes and validates the file and names the field it refuses.
 import { api, seg } from './api.js';
-import { bytes, clear, clearToast, confirmBox, h, toast, when } from './dom.js';
+import { bytes, clear, clearToast, confirmBox, h, originWords, toast, when } from './dom.js';
 import { renderMarkdown } from './md.js';
 
 export const TYPES = ['user', 'feedback', 'project', 'reference'];
@@ -143,7 +143,8 @@ export async function memoriesView(view, place, first) {
         place.editable ? h('a', { class: 'button', href: `#/${place.route}/new`, id: 'new-memory' }, 'New memory')
           : null)),
     h('p', { class: 'hint' }, place.hint), budget,
-    h('div', { class: 'row filters' }, chips, search, order), err, bulk, list, pager, indexBox(place)));
+    h('div', { class: 'row filters' }, chips, search, order), err, bulk, list, pager, indexBox(place),
+    place.sessions ? recalledBox(place) : null));
   draw();
   showBudget(place, budget);
 }
@@ -170,6 +171,28 @@ function indexBox(place) {
   };
   return h('div', {}, h('button', { type: 'button', class: 'small secondary', id: 'show-index', on: { click: show } },
     'What the assistant reads first (MEMORY.md)'), out);
+}
+
+// Which memories recall put into one conversation (by its session id), linked to their read view.
+function recalledBox(place) {
+  const input = h('input', { type: 'text', id: 'recalled-session', placeholder: 'session id',
+    'aria-label': 'Session id' });
+  const out = h('div', { id: 'recalled-out' });
+  const show = async (event) => {
+    event.preventDefault();
+    clear(out);
+    if (!input.value.trim()) return;
+    try {
+      const data = await api('GET', `${place.sessions}/${seg(input.value.trim())}/recalled?agent_type=` +
+        encodeURIComponent(place.agentType));
+      out.append(data.files.length ? h('ul', { id: 'recalled-files' }, data.files.map((f) => h('li', {},
+        f.startsWith('shared/') ? f : h('a', { href: `#/${place.route}/${encodeURIComponent(f)}` }, f))))
+        : h('p', { class: 'empty' }, 'No memory was recalled in that conversation (or it has expired).'));
+    } catch (e) { out.append(h('p', { class: 'error' }, e.message)); }
+  };
+  return h('details', { class: 'recalled' }, h('summary', {}, 'Which memories were recalled in a conversation?'),
+    h('form', { class: 'row', id: 'recalled-form', on: { submit: show } }, input,
+      h('button', { type: 'submit', class: 'small secondary' }, 'Show')), out);
 }
 
 function row(place, f, selected, changed) {
@@ -235,7 +258,8 @@ export async function memoryView(view, place, file, back) {
     h('div', { class: 'row spread' }, h('h2', { id: 'read-name' }, form.name),
       h('span', { class: 'badge' }, form.type)),
     h('p', { class: 'read-desc', id: 'read-desc' }, form.description),
-    h('p', { class: 'muted', id: 'read-meta' }, `${place.label}/${form.file} · changed ${when(form.last_modified)}` +
+    h('p', { class: 'muted', id: 'read-meta' }, `${place.label}/${form.file}` +
+      (form.created_at ? ` · saved first ${when(form.created_at)}` : '') + ` · changed ${when(form.last_modified)}` +
       origin(form.extra)),
     body, more, err,
     h('div', { class: 'row actions' },
@@ -252,7 +276,7 @@ async function drawHistory(box, place, file) {
   try {
     const data = await api('GET', `${place.base}/history/${seg(file)}`);
     clear(box).append(h('h3', {}, 'Earlier versions'));
-    if (!data.versions.length) box.append(h('p', { class: 'empty', id: 'history-empty' }, 'No earlier versions: it was not edited here since.'));
+    if (!data.versions.length) box.append(h('p', { class: 'empty', id: 'history-empty' }, 'No earlier versions yet: an edit here keeps the text it replaces.'));
     for (const v of data.versions) {
       const text = h('pre', { class: 'version-text', hidden: true }, v.content);
       const show = h('button', { type: 'button', class: 'secondary small', 'aria-expanded': 'false' }, 'Show');
@@ -271,7 +295,7 @@ async function drawHistory(box, place, file) {
           } catch (e) { toast(e.message); }
         }, { yes: 'Restore this version' }) } }, 'Restore');
       box.append(h('div', { class: 'version', dataset: { id: v.id } },
-        h('div', { class: 'row spread' }, h('span', {}, `replaced ${when(v.saved_at)} · ${v.origin} · ${bytes(v.size)}`),
+        h('div', { class: 'row spread' }, h('span', {}, `replaced ${when(v.saved_at)} by ${originWords(v.origin)} · ${bytes(v.size)}`),
           h('span', { class: 'row' }, show, restore)), text));
     }
   } catch (e) { clear(box).append(h('p', { class: 'error' }, e.message)); }

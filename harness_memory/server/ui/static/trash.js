@@ -1,7 +1,7 @@
 // The trash: what was deleted lately (memories and facts), each deletion restorable until the
 // server's `limits.trash_days` run out, or removed for good.
 import { api, seg } from './api.js';
-import { clear, confirmBox, h, toast, when } from './dom.js';
+import { clear, confirmBox, h, originWords, toast, when } from './dom.js';
 
 export async function trashView(view, sources) {
   for (const source of sources) {
@@ -46,7 +46,7 @@ function itemRow(source, item, err, again) {
   return h('article', { class: 'trash-item', dataset: { id: item.id } },
     h('div', { class: 'row spread' },
       h('div', {}, h('ul', { class: 'trash-files' }, names.map((n) => h('li', {}, n))),
-        h('p', { class: 'muted' }, `deleted ${when(item.deleted_at)} by ${item.origin} · kept until ${when(item.expires_at)}`)),
+        h('p', { class: 'muted' }, `deleted ${when(item.deleted_at)} by ${originWords(item.origin)} · kept until ${when(item.expires_at)}`)),
       h('div', { class: 'row' },
         h('button', { type: 'button', class: 'small trash-restore', on: { click: restore } }, 'Restore'),
         h('button', { type: 'button', class: 'small secondary trash-purge', on: { click: purge } }, 'Delete for good'))));
