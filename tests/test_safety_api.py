@@ -240,3 +240,17 @@ async def test_a_session_shows_which_memories_were_recalled_in_it(cfg: MemoryCon
     async with api(cfg, wid="u2") as c:  # the same session id named by another user is their own (empty) one
         assert (await c.get("/users/me/sessions/chat-7/recalled")).json()["files"] == []
         assert (await c.get("/users/u1/sessions/chat-7/recalled")).status_code == 403
+
+
+async def test_clearing_every_fact_is_one_restorable_trash_item(cfg: MemoryConfig) -> None:
+    auto = services_for(cfg).auto_memory()
+    for content in ("prefers tea", "works at ACME", "lives in Hangzhou"):
+        auto.add_fact("u1", content, "knowledge", 1.0)
+    async with api(cfg, wid="u1") as c:
+        assert (await c.delete("/users/me/facts")).json()["deleted"] == 3
+        assert (await c.get("/users/me/facts")).json()["count"] == 0
+        trash = (await c.get("/users/me/projects/default/memory/trash")).json()
+        assert trash["count"] == 1 and len(trash["items"][0]["files"]) == 3
+        assert (await c.post(f"/users/me/projects/default/memory/trash/{trash['items'][0]['id']}/restore")
+                ).status_code == 200
+    assert sorted(f.content for f in auto.list_facts("u1")) == ["lives in Hangzhou", "prefers tea", "works at ACME"]

@@ -136,11 +136,13 @@ class FactAPI:
     def clear_facts(self, user_id: str | None, *, shared: bool = False) -> int:
         """Delete every fact of the place but keep the profile (one transaction); the user's
         queued updates are dropped too, so a conversation waiting for its debounce does not refill
-        the list a moment later. Returns how many facts were deleted."""
+        the list a moment later. The facts go to the place's trash (one item). Returns how many were deleted."""
         if not shared and user_id:
             self._drop_queued(user_id)
         with self._place(user_id, shared).transaction() as txn:
             gone = [fid for fid in list(txn.view.facts) if txn.delete_fact(fid)]
+            if gone:  # one trash item: the whole list comes back with one restore
+                keep_removed(txn.place_txn, [fid + ".md" for fid in gone], "person")
         log.info("auto memory: cleared %d fact(s) of %s (profile kept)", len(gone), "shared" if shared else user_id)
         return len(gone)
 
