@@ -254,3 +254,26 @@ async def test_clearing_every_fact_is_one_restorable_trash_item(cfg: MemoryConfi
         assert (await c.post(f"/users/me/projects/default/memory/trash/{trash['items'][0]['id']}/restore")
                 ).status_code == 200
     assert sorted(f.content for f in auto.list_facts("u1")) == ["lives in Hangzhou", "prefers tea", "works at ACME"]
+
+
+async def test_each_memory_says_who_wrote_its_current_version(cfg: MemoryConfig) -> None:
+    mdir = services_for(cfg).user_agent_dir("u1")
+    mdir.save("a.md", memory("a", "from a conversation", "x"))  # what the assistant's tools call
+    mdir.save("b.md", memory("b", "also", "y"))
+    async with api(cfg, wid="u1") as c:
+        async def origin(file: str) -> str:
+            return str((await c.get(f"{BASE}/fields/{file}")).json()["origin"])
+
+        assert await origin("a.md") == "assistant"
+        form = {"name": "a", "description": "edited by a person", "type": "project", "body": "x"}
+        assert (await c.put(f"{BASE}/fields/a.md", json=form)).status_code == 200
+        assert await origin("a.md") == "person" and await origin("b.md") == "assistant"
+        mdir.save("a.md", memory("a", "the assistant again", "z"))
+        assert await origin("a.md") == "assistant"  # a later tool save is the assistant's again
+        bundle = (await c.get(f"{BASE}/export")).content
+        await c.delete(BASE)
+        imported = await c.post(f"{BASE}/import", content=bundle, headers={"content-type": "application/json"})
+        assert imported.status_code == 200, imported.text
+        assert await origin("a.md") == "import" and await origin("b.md") == "import"
+        meta = json.loads(stored(cfg, PLACE + ".manifest.json") or b"{}").get("meta", {})
+        assert len(meta.get("origins", {})) <= kept.MAX_ORIGINS

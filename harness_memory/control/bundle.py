@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import InvalidName, MemoryFormatError
 from ..layout import Place, PlaceKind, is_derived
 from ..memdir import Manifest, MemoryDir, is_state_file
-from ..memdir.trash import is_kept
+from ..memdir.trash import ORIGINS, is_kept
 from .places import is_memory_file, place_path
 
 log = logging.getLogger(__name__)
@@ -161,7 +161,7 @@ def export_places(dirs: Sequence[MemoryDir], scope: str, progress: Progress | No
     bundle = Bundle(scope=scope)
     for mdir, manifest, names, states in plans:
         entry = BundlePlace.of(mdir.place)
-        entry.meta = dict(manifest.meta)
+        entry.meta = {k: v for k, v in manifest.meta.items() if k != ORIGINS}  # this place's commits only
         for name in names:
             obj = mdir.store.get_or_none(mdir.place.key(name))
             done += 1

@@ -26,7 +26,7 @@ from ..config import LimitsConfig
 from ..errors import InvalidName, MemoryFormatError
 from ..layout import Place, PlaceKind, validate_filename, validate_id
 from ..memdir import Manifest, MemoryDir, is_state_file
-from ..memdir.trash import keep_removed
+from ..memdir.trash import keep_removed, record_origin
 from .bundle import MAX_STATE_FILE_BYTES, Bundle, BundleFile, BundlePlace, Progress
 from .places import place_path
 
@@ -257,6 +257,7 @@ def apply_import(plans: Sequence[PlannedPlace], mode: Literal["merge", "replace"
                 else:
                     rep.updated += 1
             txn.mutate(_restore_state(plan, unchanged, replace=mode == "replace"))
+            record_origin(txn, "import")  # after the meta it restores: the page says these were imported
             for name, data in plan.state.items():
                 txn.put_state(name, data)
     if mode == "replace":

@@ -38,6 +38,7 @@ from .txn import SaveResult
 
 if TYPE_CHECKING:
     from .directory import MemoryDir
+    from .index import Manifest
     from .txn import PlaceTxn
 
 log = logging.getLogger(__name__)
@@ -168,6 +169,41 @@ def keep_version(txn: PlaceTxn, file: str, origin: str, replacing_with: str | No
     return version
 
 
+# -- provenance ---------------------------------------------------------------------------------
+#: ``manifest.meta[ORIGINS]``: {"<updated_at>": "<origin>"} for the last commits made by someone
+#: other than the assistant (a person, the API, an import, a snapshot, a restore). Every entry a
+#: commit writes carries the commit's time as ``updated_at``, so one short row per commit says who
+#: wrote all of its files; an entry whose time has no row was written by the assistant (its
+#: tools, during a conversation). Bounded: the head is written by every commit.
+ORIGINS = "origins"
+MAX_ORIGINS = 64
+
+
+def record_origin(txn: PlaceTxn, origin: str) -> None:
+    """Stage the row saying ``origin`` wrote this commit's files (call once per transaction)."""
+
+    def mutate(manifest: Manifest) -> None:
+        stamps = {entry.updated_at for r in txn.committing() for entry in [manifest.entries.get(r)] if entry}
+        if not stamps:
+            return
+        rows = manifest.meta.get(ORIGINS)
+        rows = dict(rows) if isinstance(rows, dict) else {}
+        for stamp in stamps:
+            rows[repr(float(stamp))] = origin
+        manifest.meta[ORIGINS] = dict(sorted(rows.items(), key=lambda kv: float(kv[0]))[-MAX_ORIGINS:])
+
+    txn.mutate(mutate)
+
+
+def origin_of(manifest: Manifest, file: str) -> str:
+    """Who wrote the current version of ``file``: a recorded origin, else ``assistant``."""
+    entry = manifest.entries.get(file)
+    rows = manifest.meta.get(ORIGINS)
+    if entry is None or not isinstance(rows, dict):
+        return "assistant"
+    return str(rows.get(repr(float(entry.updated_at))) or "assistant")
+
+
 # -- operations ---------------------------------------------------------------------------------
 def trash_files(mdir: MemoryDir, files: Iterable[str], origin: str) -> tuple[TrashBatch | None, list[str]]:
     """Delete ``files`` (those that exist), keeping them in one trash batch. Returns the batch and
@@ -192,6 +228,7 @@ def save_versioned(mdir: MemoryDir, file: str, content: str, *, expect: str | No
         with mdir.transaction(prefetch=(file,)) as txn:
             keep_version(txn, file, origin, content)
             txn.write(file, content, expect=expect)
+            record_origin(txn, origin)
         assert txn.committed is not None
         return txn.committed.saved[0]
 
@@ -244,6 +281,7 @@ def restore(mdir: MemoryDir, batch_id: str, files: Iterable[str] | None = None, 
         for f in chosen:
             keep_version(txn, f.file, origin, f.content)
             txn.write(f.file, f.content)
+        record_origin(txn, origin)
         if rest:
             txn.put_aside(TRASH_DIR + batch.id + ".json",
                           TrashBatch(batch.id, batch.deleted_at, batch.origin, rest).to_bytes())
@@ -325,6 +363,24 @@ def _prune_history(mdir: MemoryDir, file: str) -> None:
         log.warning("%s: old versions of %s not pruned (%s)", mdir.place.label, file, exc)
 
 
-__all__ = ["HISTORY_DIR", "TRASH_DIR", "TrashBatch", "TrashedFile", "Version", "history", "is_kept",
-           "keep_removed", "keep_version", "list_trash", "purge", "purge_expired", "restore", "restore_version",
-           "save_versioned", "trash_files"]
+__all__ = [
+    "HISTORY_DIR",
+    "ORIGINS",
+    "TRASH_DIR",
+    "TrashBatch",
+    "TrashedFile",
+    "Version",
+    "history",
+    "is_kept",
+    "keep_removed",
+    "keep_version",
+    "list_trash",
+    "origin_of",
+    "purge",
+    "purge_expired",
+    "record_origin",
+    "restore",
+    "restore_version",
+    "save_versioned",
+    "trash_files",
+]

@@ -204,6 +204,10 @@ class PlaceTxn:
         """The memory files this transaction wrote (for a caller that updates the views itself)."""
         return {w.file: w.memory for w in self._writes.values()}
 
+    def committing(self) -> list[str]:
+        """The files this commit writes (for a ``mutate`` that looks at their new entries)."""
+        return list(self._writes)
+
     def has_read(self, file: str) -> bool:
         return file in self._reads
 

@@ -25,6 +25,8 @@ class MemoryForm(BaseModel):
     etag: str = Field(description="Send it back as `If-Match` so a concurrent change is not overwritten.")
     last_modified: float
     created_at: float | None = Field(None, description="When the memory was first saved (its index entry).")
+    origin: str = Field("assistant", description="Who wrote this version: `assistant` (its tools, in a "
+                        "conversation), `person` (this page), `api`, `cli`, `import`, `snapshot` or `restore`.")
 
 
 class MemoryFormIn(_Strict):

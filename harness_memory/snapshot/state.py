@@ -15,7 +15,7 @@ from typing import Any
 
 from ..layout import INDEX_FILE, SNAPSHOT_SYNC_FILE
 from ..memdir import Manifest, ManifestEntry, MemoryDir
-from ..memdir.trash import keep_removed
+from ..memdir.trash import keep_removed, record_origin
 from ..services import MemoryServices
 from .model import (
     META_KEY,
@@ -184,6 +184,7 @@ def _copy_in(memdir: MemoryDir, snapshot: Snapshot, *, stale: set[str] | None = 
             for file in sorted(stale - {f.file for f in files}):
                 txn.delete(file)
         txn.mutate(lambda m: m.meta.__setitem__(META_KEY, record.to_json()))
+        record_origin(txn, "snapshot")  # the page says these came from the snapshot
         txn.put_state(SNAPSHOT_SYNC_FILE, _record_bytes(record))
     result = txn.committed
     assert result is not None
@@ -254,6 +255,7 @@ def mark_snapshot_synced(
     record = SyncRecord(snapshot.updated_at, iso_now())
     with memdir.transaction() as txn:
         txn.mutate(lambda m: m.meta.__setitem__(META_KEY, record.to_json()))
+        record_origin(txn, "snapshot")  # the page says these came from the snapshot
         txn.put_state(SNAPSHOT_SYNC_FILE, _record_bytes(record))
     assert txn.committed is not None
     manifest = txn.committed.manifest

@@ -68,10 +68,12 @@ def add_field_routes(router: APIRouter, prefix: str, resolve: Callable[..., Memo
         except ObjectNotFound:
             raise ApiError(404, f"there is no memory file {file!r} in {place_path(mdir.place)}", "not_found") from None
         memory = parse_memory(result.text)  # a broken file answers 422 with what is wrong
-        entry = mdir.manifest().entries.get(result.file)  # the pod's cached head: usually no request
+        manifest = mdir.manifest()  # the pod's cached head: usually no request
+        entry = manifest.entries.get(result.file)
         return MemoryForm(file=result.file, name=memory.name, description=memory.description,
                           type=memory.type.value, body=memory.body, extra=memory.extra, etag=result.etag,
-                          last_modified=result.last_modified, created_at=entry.created_at if entry else None)
+                          last_modified=result.last_modified, created_at=entry.created_at if entry else None,
+                          origin=kept.origin_of(manifest, result.file))
 
     @router.put(one, response_model=SavedFile, summary="Save a memory file from form fields", **opts)
     def save_fields(mdir: Dir, file: FilePath, body: MemoryFormIn, response: Response,

@@ -58,7 +58,7 @@ export function when(seconds) {
 }
 
 // Who made a change, in words (the `origin` the server records on trash items and versions).
-const ORIGIN = { person: 'you, on this page', api: 'the HTTP API', cli: 'the command line', restore: 'a restore',
+const ORIGIN = { assistant: 'the assistant, in a conversation', person: 'you, on this page', api: 'the HTTP API', cli: 'the command line', restore: 'a restore',
   import: 'an import', snapshot: 'a snapshot update' };
 export function originWords(origin) { return ORIGIN[origin] || origin || 'unknown'; }
 

@@ -259,8 +259,8 @@ export async function memoryView(view, place, file, back) {
       h('span', { class: 'badge' }, form.type)),
     h('p', { class: 'read-desc', id: 'read-desc' }, form.description),
     h('p', { class: 'muted', id: 'read-meta' }, `${place.label}/${form.file}` +
-      (form.created_at ? ` · saved first ${when(form.created_at)}` : '') + ` · changed ${when(form.last_modified)}` +
-      origin(form.extra)),
+      (form.created_at ? ` · saved first ${when(form.created_at)}` : '') +
+      ` · this version by ${originWords(form.origin)}, ${when(form.last_modified)}` + origin(form.extra)),
     body, more, err,
     h('div', { class: 'row actions' },
       place.editable ? h('a', { class: 'button', href: `#/${place.editRoute}/${seg(form.file)}`, id: 'edit' }, 'Edit') : null,
