@@ -13,6 +13,8 @@ Paths (``{user_id}`` may be ``me``; the caller rules are in ``auth``)::
     GET|DELETE /users/{user_id}/memory · GET /users/{user_id}/memory/export · POST …/import
     GET|POST /users/{user_id}/facts · PATCH|DELETE /users/{user_id}/facts/{fact_id}
     POST /users/{user_id}/sessions · GET /users/{user_id}/sessions/{session_id} · GET /sessions/{id} (admin)
+    GET /users/{user_id}/sessions/{session_id}/recalled (the memory files recall put into that session)
+    POST /users/{user_id}/facts/{fact_id}/correct ("This is wrong": the old belief kept as the source error)
     GET /users/{user_id}/agents/{agent_type}/snapshot · POST …/snapshot/replace · POST …/snapshot/mark-synced
     GET|PUT P/fields/{file} (a memory file as form fields) · GET /whoami · GET /places (admin)
     GET|DELETE P/trash · POST P/trash/{id}/restore · DELETE P/trash/{id} · POST P/delete (bulk)
