@@ -20,11 +20,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .cli_trash import TrashUsage, add_trash_parser, cmd_trash
 from .config import ConfigError, MemoryConfig
 from .control.bundle import Bundle, export_places
 from .control.bundle_import import BundleInvalid, ImportTarget, apply_import, plan_import
 from .control.places import Scope, discover_places, parse_scope, place_path
 from .errors import HarnessMemoryError, InvalidName, ObjectNotFound
+from .memdir import trash as kept
 from .redis_client import describe as describe_redis
 from .services import MemoryServices
 
@@ -145,7 +147,7 @@ def cmd_rm(svc: MemoryServices, args: argparse.Namespace) -> int:
     for path in args.paths:
         scope = _file_scope(svc, path)
         assert scope.place is not None and scope.file is not None
-        if svc.memdir(scope.place).delete(scope.file):
+        if kept.trash_files(svc.memdir(scope.place), [scope.file], "cli")[1]:  # restorable: `trash`
             print(f"deleted {path}", file=sys.stderr)
         else:
             print(f"no memory file {path}", file=sys.stderr)
@@ -404,6 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="sync: delete the user's memories of this place and copy the snapshot in")
     choice.add_argument("--keep-local", action="store_true",
                         help="sync: keep the user's memories and mark this snapshot version synced")
+    add_trash_parser(sub)
     s = sub.add_parser("session", help="session memory debug")
     s.add_argument("action", choices=["show"])
     s.add_argument("session_id", help="the session id (as the HTTP API returned it, or the raw id with --user)")
@@ -435,7 +438,7 @@ def build_parser() -> argparse.ArgumentParser:
 STORE_COMMANDS: dict[str, Callable[[MemoryServices, argparse.Namespace], int]] = {
     "ls": cmd_ls, "cat": cmd_cat, "rm": cmd_rm, "clear": cmd_clear, "export": cmd_export,
     "import": cmd_import, "reindex": cmd_reindex, "snapshot": cmd_snapshot, "session": cmd_session,
-    "facts": cmd_facts,
+    "facts": cmd_facts, "trash": cmd_trash,
 }
 
 
@@ -463,7 +466,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return STORE_COMMANDS[args.command](svc, args)
         finally:
             svc.close()
-    except CliError as exc:
+    except (CliError, TrashUsage) as exc:
         print(f"harness-memory: {exc}", file=sys.stderr)
         return exc.code
     except BundleInvalid as exc:

@@ -163,6 +163,11 @@ class LimitsConfig(_Section):
     import_max_bytes: int = Field(
         256 * 1024 * 1024, ge=1024, description="Largest total uncompressed size of one import (bytes): a zip "
         "that unpacks to more is refused before anything is read (zip bombs).")
+    trash_days: float = Field(30.0, gt=0, description=(
+        "Days a deleted memory or fact stays in its place's trash (`.trash/`), restorable from the page, "
+        "the API and `harness-memory trash restore`; older batches are purged by the next deletion."))
+    history_versions: int = Field(20, ge=0, description=(
+        "Earlier versions kept per memory file (`.history/`) when a person edits or restores it; 0 keeps none."))
 
 
 class ModelConfig(_Section):

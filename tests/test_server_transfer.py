@@ -22,6 +22,7 @@ from harness_memory.auto.service import auto_memory_for
 from harness_memory.config import MemoryConfig
 from harness_memory.control.bundle_zip import ZIP_INDEX
 from harness_memory.layout import is_derived
+from harness_memory.memdir.trash import ORIGINS
 from harness_memory.services import services_for
 
 from .test_server_memory import GOOD, PREFS, api, error_of, keys, stored
@@ -70,7 +71,8 @@ def manifests(cfg: MemoryConfig, user: str = "u1") -> dict[str, Any]:
     for k in keys(cfg, f"users/{user}/"):
         if k.endswith("/.manifest.json"):
             data = json.loads(services.store.get(k).data)
-            out[k] = {"meta": data["meta"], "entries": {e["file"]: (e["created_at"], e["name"], e["extra"])
+            meta = {m: v for m, v in data["meta"].items() if m != ORIGINS}  # who wrote: the import, by design
+            out[k] = {"meta": meta, "entries": {e["file"]: (e["created_at"], e["name"], e["extra"])
                                                         for e in data["entries"]}}
     return out
 

@@ -160,8 +160,14 @@ def test_four_transitions_and_update_after_initialisation(services_for: Callable
     assert done.applied and "replaced 3 local memories" in done.reason
     keys = {svc.store.get(k.key).key for k in svc.store.list(own.place.prefix)}
     files = {own.place.filename_of(k) for k in keys}
-    assert files == {*v3, "MEMORY.md", ".manifest.json", SNAPSHOT_SYNC_FILE, SEARCH_INDEX_FILE,
-                     SEARCH_DELTA_FILE}  # no undo record: the head carries the redo record (memdir/redo.py)
+    trash = {f for f in files if f.startswith(".trash/")}  # what the replace removed or overwrote: restorable
+    assert files - trash == {*v3, "MEMORY.md", ".manifest.json", SNAPSHOT_SYNC_FILE, SEARCH_INDEX_FILE,
+                             SEARCH_DELTA_FILE}  # no undo record: the head carries the redo record (memdir/redo.py)
+    from harness_memory.memdir import trash as kept
+
+    assert len(trash) == 1
+    batch = kept.list_trash(own)[0]
+    assert batch.origin == "snapshot" and "user_mine.md" in {f.file for f in batch.files}
     assert stored_text(svc, "u1", "feedback_language.md") == v3["feedback_language.md"]
     assert set(own.manifest().entries) == set(v3)
     assert stored_sync(svc, "u1")["syncedFrom"] == "2026-12-20T00:00:00Z"

@@ -56,8 +56,8 @@ async def test_fields_read_and_save_keep_extras_and_guard_concurrent_edits(cfg: 
         assert created.status_code == 201 and created.json()["entry"]["description"] == FORM["description"]
 
         bad = await c.put(f"{BASE}/fields/role.md", json={**FORM, "type": "opinion"})
-        assert bad.status_code == 422 and error_of(bad)["detail"] == (
-            "type 'opinion' is not one of: user, feedback, project, reference")
+        assert bad.status_code == 422 and error_of(bad) == {  # said for a person, on the field it concerns
+            "detail": "Choose a type: user, feedback, project, reference.", "code": "invalid_type"}
         assert stored(cfg, FILE) == before
         plain = await c.put(f"{BASE}/fields/role.md", json={**FORM, "body": "no If-Match"})
         assert plain.status_code == 200
@@ -162,8 +162,9 @@ async def test_listing_filters_and_pages_on_the_server(cfg: MemoryConfig) -> Non
         assert page["files"][8]["file"] == "m005.md"  # the most recently changed feedback first
         last = (await c.get(BASE, params={"limit": 10, "offset": 25, "order": "type"})).json()
         assert last["count"] == 5 and all(f["type"] == "reference" for f in last["files"])
+        # Every word must match, each anywhere (a word, or part of the file name, name or description).
         found = (await c.get(BASE, params={"q": "FACT 1", "type": "feedback"})).json()
-        assert sorted(f["file"] for f in found["files"]) == ["m001.md", "m013.md", "m017.md"]
-        assert found["matched"] == 3
+        assert sorted(f["file"] for f in found["files"]) == ["m001.md", "m013.md", "m017.md", "m021.md"]
+        assert found["matched"] == 4 and found["types"]["feedback"] == 4 and found["total"] == 30
         assert (await c.get(BASE, params={"q": "记忆"})).json()["matched"] == 29
         assert (await c.get(BASE, params={"limit": 0})).status_code == 422

@@ -142,13 +142,19 @@ def test_agent_memory_shows_and_an_edit_lands_in_the_store(browser: Any, server:
     screenshot(page, "ui-memories")
 
     row.locator(".memory-name").click()
-    ready(page, "memory")
+    ready(page, "memory")  # the read view first
+    assert page.locator("#read-body strong").inner_text() == "TypeScript"  # rendered markdown
+    page.click("#edit")
+    ready(page, "edit")
     assert page.input_value("#f-description") == "前端工程师，报告用中文 ✅"
     assert page.locator("#f-preview strong").inner_text() == "TypeScript"  # markdown preview
     screenshot(page, "ui-edit")
     page.fill("#f-description", "frontend engineer: Vue 3 # not a comment")
     page.fill("#f-body", "Moved from React to **Vue 3** in 2026.")
     page.click("#save")
+    ready(page, "memory")
+    assert page.inner_text("#read-desc") == "frontend engineer: Vue 3 # not a comment"
+    page.click("#back")
     ready(page)
 
     saved = stored(server, "u1", "user_role.md")
@@ -167,33 +173,37 @@ def test_agent_memory_shows_and_an_edit_lands_in_the_store(browser: Any, server:
     assert "](user_role.md)" in page.inner_text("#index-text")
 
 
-@pytest.mark.parametrize(("field", "value"), [("#f-description", ""), ("#f-type", "opinion")])
-def test_an_invalid_edit_shows_the_tools_message_and_changes_nothing(
-        browser: Any, server: LiveServer, field: str, value: str) -> None:
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("description", "", "Write one line saying what this memory holds"),
+    ("type", "opinion", "Choose a type: user, feedback, project, reference.")])
+def test_an_invalid_edit_says_what_to_do_on_its_field_and_changes_nothing(
+        browser: Any, server: LiveServer, field: str, value: str, says: str) -> None:
     mdir = server.services.user_agent_dir("u1")
     mdir.save("user_role.md", AGENT_MEMORY)
     before_file, before_index = stored(server, "u1", "user_role.md"), stored(server, "u1", "MEMORY.md")
     page = gateway_page(browser, server, "u1")
-    page.goto(server.url + "/ui/#/memory/user_role.md")
-    ready(page, "memory")
-    if field == "#f-type":
+    page.goto(server.url + "/ui/#/edit/user_role.md")
+    ready(page, "edit")
+    if field == "type":
         # A type the form does not offer (as a hand-edited page or an old client would send).
         page.eval_on_selector("#f-type", "(s, v) => { s.append(new Option(v, v)); s.value = v; }", value)
     else:
-        page.fill(field, value)
+        page.fill(f"#f-{field}", value)
     page.click("#save")
-    page.wait_for_selector("#form-error:not(:empty)", timeout=WAIT)
-    shown = page.inner_text("#form-error")
+    page.wait_for_selector(f"#err-{field}:not(:empty)", timeout=WAIT)
+    shown = page.inner_text(f"#err-{field}")
+    assert says in shown and "Expected" not in shown and "BigQuery" not in shown  # for a person, not the model
+    assert page.get_attribute(f"#f-{field}", "aria-invalid") == "true"
+    assert page.evaluate("document.activeElement.id") == f"f-{field}"
+    assert page.inner_text("#form-error") == ""
 
-    # The same message the agent's save_file tool gives for the same content.
-    form = {"name": "用户角色 🧑‍💻", "description": "前端工程师，报告用中文 ✅", "type": "user"}
-    form["description" if field == "#f-description" else "type"] = value
+    # The agent's save_file tool still gets its own, model-facing message for the same content.
+    form = {"name": "用户角色 🧑‍💻", "description": "前端工程师，报告用中文 ✅", "type": "user", field: value}
     from harness_memory.memdir.model import compose_memory
 
     content = compose_memory(form["name"], form["description"], form["type"], "x")
     tool_answer = MemoryTools(server.services.user_agent_dir("u1")).save_file("other.md", content)
-    assert tool_answer.startswith("Error: ")
-    assert shown == tool_answer.removeprefix("Error: ").strip()
+    assert tool_answer.startswith("Error: ") and says not in tool_answer
     assert stored(server, "u1", "user_role.md") == before_file
     assert stored(server, "u1", "MEMORY.md") == before_index
     assert stored(server, "u1", "other.md") is None
@@ -225,8 +235,7 @@ def test_delete_and_forget_everything(browser: Any, server: LiveServer) -> None:
     page.goto(server.url + "/ui/#/memory/feedback_tone.md")
     ready(page, "memory")
     page.click("#delete")
-    page.fill("#confirm-input", "delete")
-    page.click("#confirm-go")
+    page.click("#confirm-go")  # into the trash: a plain yes (no word to type)
     ready(page)
     assert stored(server, "u1", "feedback_tone.md") is None
     assert "feedback_tone.md" not in (stored(server, "u1", "MEMORY.md") or "")
@@ -234,7 +243,7 @@ def test_delete_and_forget_everything(browser: Any, server: LiveServer) -> None:
 
     page.goto(server.url + "/ui/#/facts")
     ready(page, "facts")
-    assert page.input_value(".fact-content") == "business trip to Shanghai next week"
+    assert page.inner_text(".fact-text") == "business trip to Shanghai next week"
     page.goto(server.url + "/ui/#/transfer")
     ready(page, "transfer")
     page.click("#forget")
@@ -313,14 +322,14 @@ def test_hostile_memory_text_renders_as_text(browser: Any, server: LiveServer) -
     assert page.locator(".memory-name").inner_text() == "<script>alert(2)</script>"
     page.click(".memory-name")
     ready(page, "memory")
-    assert XSS in page.inner_text("#f-preview")
-    assert page.locator("#f-preview a").count() == 0  # the javascript: link stays text
+    assert XSS in page.inner_text("#read-body")
+    assert page.locator("#read-body a").count() == 0  # the javascript: link stays text
     page.goto(server.url + "/ui/#/memories")
     ready(page)
     screenshot(page, "ui-hostile")
     page.goto(server.url + "/ui/#/facts")
     ready(page, "facts")
-    assert page.input_value(".fact-content") == XSS + " likes tea"
+    assert page.inner_text(".fact-text") == XSS + " likes tea"
     page.wait_for_timeout(300)  # give any injected handler (there must be none) a moment to fire
     assert page.dialogs == []
     assert page.locator("#view img, #view svg, #view script, #view b[onmouseover]").count() == 0
@@ -360,6 +369,9 @@ def test_export_then_import_restores_the_same_memories(browser: Any, server: Liv
         page.set_input_files("#import-file", str(files[fmt]))
         page.select_option("#import-mode", "replace")
         page.click("#import-go")
+        page.wait_for_selector("#confirm-box", timeout=WAIT)  # a replacing import shows its dry run first
+        assert "created" in page.inner_text("#confirm-box") and stored(server, "u1", "user_role.md") is None
+        page.click("#confirm-go")
         page.wait_for_selector("#transfer-result:not(:empty)", timeout=WAIT)
         after = {k: server.services.store.get(k).data for k in before}
         assert after == before, fmt
@@ -379,13 +391,16 @@ def test_facts_profile_and_corrections(browser: Any, server: LiveServer) -> None
     page.goto(server.url + "/ui/#/facts")
     ready(page, "facts")
     correction = page.locator("article.fact.correction")
-    assert correction.count() == 1 and "It used to think: lives in Shanghai" in correction.inner_text()
-    assert "confidence 95%" in correction.inner_text()
+    assert correction.count() == 1 and "No longer: lives in Shanghai" in correction.inner_text()
+    assert "sure" in correction.locator(".fact-meta").inner_text()  # confidence in words
+    assert correction.locator(".badge").count() == 1  # one badge: "Correction"
     acme = page.locator("article.fact:not(.correction)")
-    assert "confidence 80%" in acme.inner_text() and "source manual" in acme.inner_text()
+    assert "fairly sure" in acme.inner_text() and "added or corrected by you" in acme.inner_text()
+    assert "%" not in acme.locator(".fact-meta").inner_text()
     screenshot(page, "ui-facts")
-    acme.locator(".fact-content").fill("works at ACME Robotics 机器人")
-    acme.locator(".fact-save").click()
+    acme.locator(".fact-edit").click()
+    page.fill("#edit-fact-content", "works at ACME Robotics 机器人")
+    page.click("#edit-fact-save")
     page.wait_for_selector("#toast.shown:has-text('Fact saved')", timeout=WAIT)
     facts = {f.content: f for f in auto.list_facts("u1")}
     assert "works at ACME Robotics 机器人" in facts and facts["works at ACME Robotics 机器人"].source == "manual"

@@ -12,6 +12,7 @@ import datetime as dt
 import logging
 
 from ..errors import HarnessMemoryError
+from ..memdir.trash import keep_removed
 from .apply import evict, prepare_fact, review_expired, upsert_fact
 from .history import UpdateRecord
 from .lifecycle import expiry_for
@@ -99,8 +100,10 @@ class FactAPI:
             fact = txn.view.facts.get(fact_id)
             if fact is None:
                 raise FactNotFound(f"no fact {fact_id!r}")
-            checked = checked_fact(content if content is not None else fact.content,
-                                   category if category is not None else fact.category,
+            new_category = category if category is not None else fact.category
+            if source_error is None and Category.parse(new_category) is not Category.CORRECTION:
+                source_error = ""  # no longer a correction: the wrong belief it named goes with it
+            checked = checked_fact(content if content is not None else fact.content, new_category,
                                    confidence if confidence is not None else fact.confidence,
                                    source_error if source_error is not None else fact.source_error,
                                    expires if expires is not None else (fact.expires or None), None)
@@ -111,19 +114,41 @@ class FactAPI:
             txn.put_fact(fact)
         return fact
 
-    def delete_fact(self, user_id: str | None, fact_id: str, *, shared: bool = False) -> bool:
-        """Remove a fact; False when there is none with that id."""
+    def correct_fact(self, user_id: str | None, fact_id: str, content: str, *, shared: bool = False) -> Fact:
+        """"This is wrong": the fact becomes a correction saying ``content``; what it said is kept as
+        its source error, which the assistant is shown as "avoid". Raises FactNotFound, ValueError."""
         with self._place(user_id, shared).transaction() as txn:
-            return txn.delete_fact(fact_id)
+            fact = txn.view.facts.get(fact_id)
+            if fact is None:
+                raise FactNotFound(f"no fact {fact_id!r}")
+            wrong = fact.content if fact.category is not Category.CORRECTION or not fact.source_error \
+                else fact.source_error
+            checked = checked_fact(content, Category.CORRECTION, 1.0, wrong[:MAX_SOURCE_ERROR_CHARS], None, None)
+            if checked.content.casefold() == " ".join(wrong.split()).casefold():
+                raise ValueError("the correction says the same as the wrong belief; write what is true instead")
+            fact.content, fact.category, fact.confidence = checked.content, Category.CORRECTION, 1.0
+            fact.source_error, fact.source = checked.source_error, "manual"
+            txn.put_fact(fact)
+        return fact
+
+    def delete_fact(self, user_id: str | None, fact_id: str, *, shared: bool = False) -> bool:
+        """Remove a fact, keeping it in the place's trash (restorable); False when there is none."""
+        with self._place(user_id, shared).transaction() as txn:
+            if not txn.delete_fact(fact_id):
+                return False
+            keep_removed(txn.place_txn, [fact_id + ".md"], "person")
+            return True
 
     def clear_facts(self, user_id: str | None, *, shared: bool = False) -> int:
         """Delete every fact of the place but keep the profile (one transaction); the user's
         queued updates are dropped too, so a conversation waiting for its debounce does not refill
-        the list a moment later. Returns how many facts were deleted."""
+        the list a moment later. The facts go to the place's trash (one item). Returns how many were deleted."""
         if not shared and user_id:
             self._drop_queued(user_id)
         with self._place(user_id, shared).transaction() as txn:
             gone = [fid for fid in list(txn.view.facts) if txn.delete_fact(fid)]
+            if gone:  # one trash item: the whole list comes back with one restore
+                keep_removed(txn.place_txn, [fid + ".md" for fid in gone], "person")
         log.info("auto memory: cleared %d fact(s) of %s (profile kept)", len(gone), "shared" if shared else user_id)
         return len(gone)
 
@@ -154,6 +179,9 @@ def checked_fact(content: object, category: object, confidence: object, source_e
         raise ValueError("confidence must be a number between 0 and 1")
     if source_error is not None and (not isinstance(source_error, str) or len(source_error) > MAX_SOURCE_ERROR_CHARS):
         raise ValueError(f"source_error must be text of at most {MAX_SOURCE_ERROR_CHARS} characters")
+    if source_error and cat is not Category.CORRECTION:  # would be dropped: say so instead
+        raise ValueError(f"source_error (the wrong belief) belongs to a correction; send category 'correction' "
+                         f"with it, or leave source_error out for a {cat.value} fact")
     if expires is not None:
         try:
             expires = dt.date.fromisoformat(str(expires)[:10]).isoformat()

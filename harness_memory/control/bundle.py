@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import InvalidName, MemoryFormatError
 from ..layout import Place, PlaceKind, is_derived
 from ..memdir import Manifest, MemoryDir, is_state_file
+from ..memdir.trash import ORIGINS, is_kept
 from .places import is_memory_file, place_path
 
 log = logging.getLogger(__name__)
@@ -152,7 +153,7 @@ def export_places(dirs: Sequence[MemoryDir], scope: str, progress: Progress | No
                 names.add(name)
             elif is_state_file(name):
                 states.append(name)
-            elif not is_derived(name) and not name.endswith("MEMORY.md"):
+            elif not is_derived(name) and not is_kept(name) and not name.endswith("MEMORY.md"):
                 log.warning("export %s: skipping %s (not a memory file name)", mdir.place.label, name)
         plans.append((mdir, manifest, sorted(names), sorted(states)))
     total = sum(len(names) for _, _, names, _ in plans)
@@ -160,7 +161,7 @@ def export_places(dirs: Sequence[MemoryDir], scope: str, progress: Progress | No
     bundle = Bundle(scope=scope)
     for mdir, manifest, names, states in plans:
         entry = BundlePlace.of(mdir.place)
-        entry.meta = dict(manifest.meta)
+        entry.meta = {k: v for k, v in manifest.meta.items() if k != ORIGINS}  # this place's commits only
         for name in names:
             obj = mdir.store.get_or_none(mdir.place.key(name))
             done += 1

@@ -26,6 +26,7 @@ from ..config import LimitsConfig
 from ..errors import InvalidName, MemoryFormatError
 from ..layout import INDEX_FILE, Place, PlaceKind, validate_filename, validate_id
 from ..memdir import Manifest, MemoryDir, is_state_file
+from ..memdir.trash import keep_removed, record_origin
 from .bundle import MAX_STATE_FILE_BYTES, Bundle, BundleFile, BundlePlace, Progress
 from .places import place_path
 
@@ -269,6 +270,7 @@ def apply_import(plans: Sequence[PlannedPlace], mode: Literal["merge", "replace"
             named = {n for n, _, _ in plan.files}
             if mode == "replace":
                 existing = plan.mdir.memory_files()
+                keep_removed(txn, sorted(existing), "import")  # what the import removes or overwrites: the trash
                 txn.clear_entries()
                 stale = sorted(existing - named)
                 rep.removed = len(stale)
@@ -298,6 +300,7 @@ def apply_import(plans: Sequence[PlannedPlace], mode: Literal["merge", "replace"
                 else:
                     rep.updated += 1
             txn.mutate(_restore_state(plan, unchanged, replace=mode == "replace"))
+            record_origin(txn, "import")  # after the meta it restores: the page says these were imported
             for name, data in plan.state.items():
                 txn.put_state(name, data)
     if mode == "replace":

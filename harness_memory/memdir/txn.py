@@ -108,6 +108,8 @@ class _Write:
     created_at: float | None
 
 
+#: Objects kept aside beside the memories (``.trash/…json``, ``.history/…/…json``: ``memdir/trash.py``).
+_ASIDE_NAME = re.compile(r"^\.[a-z]+/[A-Za-z0-9_-]{1,64}(/[A-Za-z0-9_-]{1,64})?\.json$")
 #: State objects kept beside the memories (``.snapshot-synced.json``, ``.auto-state.json``, …).
 _STATE_NAME = re.compile(r"^\.[A-Za-z0-9][A-Za-z0-9_-]{0,63}\.json$")
 
@@ -139,6 +141,7 @@ class PlaceTxn:
         self._mutations: list[Callable[[Manifest], object]] = []
         self._state: dict[str, bytes] = {}
         self._state_deletes: set[str] = set()
+        self._aside: dict[str, bytes] = {}
         self._clear_entries = False
         self._compact = False
         self._results: list[SaveResult] = []
@@ -207,6 +210,10 @@ class PlaceTxn:
         """The memory files this transaction wrote (for a caller that updates the views itself)."""
         return {w.file: w.memory for w in self._writes.values()}
 
+    def committing(self) -> list[str]:
+        """The files this commit writes (for a ``mutate`` that looks at their new entries)."""
+        return list(self._writes)
+
     def has_read(self, file: str) -> bool:
         return file in self._reads
 
@@ -255,10 +262,18 @@ class PlaceTxn:
         self._state.pop(name, None)
         self._state_deletes.add(name)
 
+    def put_aside(self, name: str, data: bytes) -> None:
+        """Stage an object kept aside (a trash batch, an old version: ``memdir/trash.py``), written
+        BEFORE the manifest head: what a commit removes or overwrites is safe before it goes. A
+        commit whose head certainly failed removes it again (best effort)."""
+        if not _ASIDE_NAME.fullmatch(name):
+            raise MemoryFormatError(f"{name!r} is not a kept-aside object name (.<folder>/<id>.json)")
+        self._aside[name] = data
+
     @property
     def staged(self) -> bool:
         return bool(self._writes or self._deletes or self._mutations or self._state or self._state_deletes
-                    or self._clear_entries or self._compact)
+                    or self._clear_entries or self._compact or self._aside)
 
     # -- commit ----------------------------------------------------------------------------
     def commit(self) -> TxnResult:
@@ -280,6 +295,7 @@ class PlaceTxn:
         self._check(self.manifest, writes)
         self._plan(self.manifest, writes)
         self._begin()  # once per commit: is the lock still ours in Redis itself?
+        self._put_aside()
         try:
             manifest = d.commit_manifest(
                 self._apply, start=(self.manifest, self.etag), lease=self.lease, compact=self._compact,
@@ -287,7 +303,13 @@ class PlaceTxn:
                 else ([w.file for w in writes], list(self._deletes)),
                 refresh=self._refresh, txid=self.txid)
         except BaseException as exc:
-            manifest = self._head_outcome(exc)
+            try:
+                manifest = self._head_outcome(exc)
+            except OutcomeUnknown:
+                raise
+            except BaseException:
+                self._drop_aside()
+                raise
         out = TxnResult(saved=list(self._results), manifest=manifest)
         if manifest.txn != self.txid:
             # Our head landed, its answer was lost, and a later commit landed on top before we read
@@ -311,6 +333,18 @@ class PlaceTxn:
             begin()
         else:
             self.lease.check(strict=True)
+
+    def _put_aside(self) -> None:
+        """The kept-aside objects, before the head (a failure here fails the commit: nothing written)."""
+        if not self._aside:
+            return
+        self.lease.check()
+        for name, data in self._aside.items():
+            self.dir.store.put(self.dir.place.prefix + name, data, content_type="application/json")
+
+    def _drop_aside(self) -> None:
+        if self._aside:
+            _delete_all(self.dir.store, [self.dir.place.prefix + n for n in self._aside])
 
     def _read_priors(self, writes: list[_Write], manifest: Manifest | None = None) -> None:
         """The version each written file replaces (its etag is the write's condition). A name the

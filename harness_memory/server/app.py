@@ -13,8 +13,12 @@ Paths (``{user_id}`` may be ``me``; the caller rules are in ``auth``)::
     GET|DELETE /users/{user_id}/memory · GET /users/{user_id}/memory/export · POST …/import
     GET|POST /users/{user_id}/facts · PATCH|DELETE /users/{user_id}/facts/{fact_id}
     POST /users/{user_id}/sessions · GET /users/{user_id}/sessions/{session_id} · GET /sessions/{id} (admin)
+    GET /users/{user_id}/sessions/{session_id}/recalled (the memory files recall put into that session)
+    POST /users/{user_id}/facts/{fact_id}/correct ("This is wrong": the old belief kept as the source error)
     GET /users/{user_id}/agents/{agent_type}/snapshot · POST …/snapshot/replace · POST …/snapshot/mark-synced
     GET|PUT P/fields/{file} (a memory file as form fields) · GET /whoami · GET /places (admin)
+    GET|DELETE P/trash · POST P/trash/{id}/restore · DELETE P/trash/{id} · POST P/delete (bulk)
+    GET P/history/{file} · POST P/restore-version/{file}           (the safety net: ``routes/safety``)
     GET /ui/ (the memory page, ``server/ui``; standalone app only — ``ui_router()`` to mount it)
     GET / (-> /ui/) · GET /docs · GET /redoc (assets from fastapi-offline: ``front_door``; standalone only)
 
@@ -41,6 +45,7 @@ from .routes.files import add_place_routes
 from .routes.health import add_health_routes
 from .routes.metrics import add_metrics_routes
 from .routes.runs import add_run_routes
+from .routes.safety import add_safety_routes
 from .routes.sessions import add_session_routes
 from .routes.snapshots import add_snapshot_routes
 from .routes.transfer import add_place_transfer_routes, add_user_routes
@@ -76,6 +81,7 @@ def add_routes(router: APIRouter, ctx: ServerContext) -> None:
         add_place_routes(router, path, resolve, tag)
         add_field_routes(router, path, resolve, tag)
         add_place_transfer_routes(router, path, resolve, tag, ctx)
+        add_safety_routes(router, path, resolve, tag)
     add_user_routes(router, ctx)
     add_facts_routes(router, ctx)
     add_session_routes(router, ctx)

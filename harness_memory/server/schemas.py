@@ -65,7 +65,8 @@ class FileList(BaseModel):
     files: list[FileEntry]
     matched: int | None = Field(None, description="Files matching `type` / `q` before `offset` / `limit` "
                                 "(listing only).")
-    types: dict[str, int] | None = Field(None, description="Files per type in the whole place (listing only).")
+    types: dict[str, int] | None = Field(None, description="Files per type matching `q` (all types; listing only).")
+    total: int | None = Field(None, description="Files in the whole place (listing only).")
 
 
 class IndexText(BaseModel):
@@ -73,6 +74,7 @@ class IndexText(BaseModel):
     text: str = Field(description="MEMORY.md as the model sees it (capped).")
     truncated: bool
     total_lines: int
+    max_lines: int | None = Field(None, description="Lines the model reads (`limits.index_max_lines`).")
 
 
 class FileContent(BaseModel):
@@ -165,6 +167,10 @@ class FactPatch(_Strict):
     expires: dt.date | None = Field(None, description="The last day the fact holds.")
 
 
+class FactCorrection(_Strict):
+    content: str = Field(min_length=1, max_length=400, description="What is true instead, e.g. 'lives in Shanghai'.")
+
+
 class FactOut(BaseModel):
     id: str
     content: str
@@ -188,6 +194,9 @@ class FactList(BaseModel):
     place: str = Field(description="The auto-memory directory the facts live in.")
     count: int
     facts: list[FactOut]
+    tokens: int | None = Field(None, description="Tokens all these facts take as the assistant is shown them.")
+    max_tokens: int | None = Field(None, description="The budget of that block (`auto.max_injection_tokens`); "
+                                   "past it the least important facts are left out.")
 
 
 class MergeRefusalOut(BaseModel):
@@ -309,6 +318,7 @@ __all__ = [
     "Cleared",
     "CreateFile",
     "ErrorBody",
+    "FactCorrection",
     "FactIn",
     "FactList",
     "FactOut",

@@ -24,6 +24,9 @@ class MemoryForm(BaseModel):
     extra: dict[str, Any] = Field(default_factory=dict, description="Frontmatter keys kept as they are.")
     etag: str = Field(description="Send it back as `If-Match` so a concurrent change is not overwritten.")
     last_modified: float
+    created_at: float | None = Field(None, description="When the memory was first saved (its index entry).")
+    origin: str = Field("assistant", description="Who wrote this version: `assistant` (its tools, in a "
+                        "conversation), `person` (this page), `api`, `cli`, `import`, `snapshot` or `restore`.")
 
 
 class MemoryFormIn(_Strict):
@@ -33,6 +36,14 @@ class MemoryFormIn(_Strict):
     description: str = Field(max_length=5000)
     type: str = Field(max_length=40)
     body: str = Field(max_length=MAX_CONTENT_CHARS)
+
+
+class SessionRecalled(BaseModel):
+    """Which memory files recall put into one session's context (so it does not repeat them)."""
+
+    session_id: str
+    agent_type: str
+    files: list[str] = Field(description="Files of the user's agent memory recalled in this session (sorted).")
 
 
 class WhoAmI(BaseModel):

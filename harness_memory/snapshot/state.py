@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..layout import INDEX_FILE, SNAPSHOT_SYNC_FILE
 from ..memdir import Manifest, ManifestEntry, MemoryDir
+from ..memdir.trash import keep_removed, record_origin
 from .model import (
     META_KEY,
     Snapshot,
@@ -200,10 +201,12 @@ def _copy_in(memdir: MemoryDir, snapshot: Snapshot, *, stale: set[str] | None = 
         for f in files:
             txn.write(f.file, f.content)
         if stale is not None:
+            keep_removed(txn, sorted(stale), "snapshot")  # what the snapshot removes or overwrites: the trash
             txn.clear_entries()
             for file in sorted(stale - {f.file for f in files}):
                 txn.delete(file)
         txn.mutate(lambda m: m.meta.__setitem__(META_KEY, record.to_json()))
+        record_origin(txn, "snapshot")  # the page says these came from the snapshot
         txn.put_state(SNAPSHOT_SYNC_FILE, _record_bytes(record))
     result = txn.committed
     assert result is not None
@@ -274,6 +277,7 @@ def mark_snapshot_synced(
     record = SyncRecord(snapshot.updated_at, iso_now())
     with memdir.transaction() as txn:
         txn.mutate(lambda m: m.meta.__setitem__(META_KEY, record.to_json()))
+        record_origin(txn, "snapshot")  # the page says these came from the snapshot
         txn.put_state(SNAPSHOT_SYNC_FILE, _record_bytes(record))
     assert txn.committed is not None
     manifest = txn.committed.manifest

@@ -14,15 +14,18 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Response, status
 from fastapi import Path as PathParam
 
+from ...auto.inject import fact_line
 from ...auto.model import Profile, ProfileKey
 from ...control.integrations import auto_memory, clear_facts, fact_dict
 from ...control.places import place_path
 from ...errors import HarnessMemoryError
+from ...tokens import count_tokens
 from ..auth import Caller
 from ..deps import ServerContext
 from ..errors import ApiError
 from ..schemas import (
     ERRORS,
+    FactCorrection,
     FactHistory,
     FactIn,
     FactList,
@@ -75,7 +78,9 @@ def add_fact_routes(router: APIRouter, ctx: ServerContext, base: str, owner: Cal
     @router.get(f"{base}/facts", **opts, response_model=FactList, summary="The auto-memory facts, most confident first")
     def list_facts(user: Owner) -> FactList:
         facts = auto_memory(ctx.services).list_facts(user, shared=shared)
-        return FactList(place=place_label(user), count=len(facts), facts=[FactOut(**fact_dict(f)) for f in facts])
+        tokens = sum(count_tokens(fact_line(f)) + 1 for f in facts)  # one line each, as injected
+        return FactList(place=place_label(user), count=len(facts), facts=[FactOut(**fact_dict(f)) for f in facts],
+                        tokens=tokens, max_tokens=ctx.config.auto.max_injection_tokens)
 
     @router.get(f"{base}/facts/history", **opts, response_model=FactHistory,
                 summary="The last automatic updates: what each changed and what the rules refused")
@@ -100,7 +105,16 @@ def add_fact_routes(router: APIRouter, ctx: ServerContext, base: str, owner: Cal
                 confidence=body.confidence, source_error=body.source_error, expires=body.expires, shared=shared)
         return FactOut(**fact_dict(fact))
 
-    @router.delete(f"{base}/facts/{{fact_id}}", **opts, status_code=status.HTTP_204_NO_CONTENT, summary="Delete a fact")
+    @router.post(f"{base}/facts/{{fact_id}}/correct", **opts, response_model=FactOut,
+                 summary="\"This is wrong\": the fact becomes a correction; the old belief is kept as its "
+                 "source error (shown to the assistant as \"avoid\")")
+    def correct_fact(user: Owner, fact_id: FactIdPath, body: FactCorrection) -> FactOut:
+        with _as_http():
+            fact = auto_memory(ctx.services).correct_fact(user, fact_id, body.content, shared=shared)
+        return FactOut(**fact_dict(fact))
+
+    @router.delete(f"{base}/facts/{{fact_id}}", **opts, status_code=status.HTTP_204_NO_CONTENT,
+                   summary="Delete a fact (kept in the auto place's trash: `…/projects/{project}/memory/trash`)")
     def delete_fact(user: Owner, fact_id: FactIdPath) -> Response:
         if not auto_memory(ctx.services).delete_fact(user, fact_id, shared=shared):
             raise ApiError(404, f"there is no fact {fact_id!r}", "not_found")

@@ -17,6 +17,7 @@ from ...control.places import place_path
 from ...errors import ObjectNotFound, PreconditionFailed
 from ...layout import Place, validate_filename
 from ...memdir import ABSENT, ManifestEntry, MemoryDir
+from ...memdir import trash as kept
 from ..errors import ApiError
 from ..schemas import (
     ERRORS,
@@ -37,10 +38,12 @@ FilePath = Annotated[str, PathParam(description="File name inside the place, e.g
 Offset = Annotated[int, Query(ge=0, le=1_000_000, description="Skip this many matching files.")]
 Limit = Annotated[int | None, Query(ge=1, le=1000, description="At most this many files (default: all).")]
 TypeFilter = Annotated[str | None, Query(max_length=40, description="Only files of this type.")]
-Search = Annotated[str | None, Query(max_length=200, description="Only files whose file name, name or "
-                                     "description contains this (case-insensitive).")]
-Order = Annotated[Literal["file", "type"], Query(description="`file`: by file name. `type`: user, feedback, "
-                                                 "project, reference, others; most recently changed first.")]
+Search = Annotated[str | None, Query(max_length=200, description="Only files holding every word of this "
+                                     "anywhere (name, description, body; Chinese segmented), through the "
+                                     "place's search index.")]
+Order = Annotated[Literal["file", "type", "updated"], Query(
+    description="`file`: by file name. `type`: user, feedback, project, reference, others; most recently "
+    "changed first. `updated`: most recently changed first.")]
 TYPE_ORDER = {"user": 0, "feedback": 1, "project": 2, "reference": 3}
 
 
@@ -55,15 +58,35 @@ def entry_out(entry: ManifestEntry) -> FileEntry:
                      extra=dict(entry.extra))
 
 
-def filter_entries(entries: list[ManifestEntry], type_: str | None, q: str | None, order: str) -> list[ManifestEntry]:
-    """The entries of one type and/or containing ``q``, in the order asked (a page of 1,000 memories
-    is one manifest read either way; paging saves the answer's size and the page's work)."""
+def filter_entries(entries: list[ManifestEntry], type_: str | None, q: str | None, order: str,
+                   found: set[str] | None = None) -> list[ManifestEntry]:
+    """The entries of one type and/or matching ``q``, in the order asked (a page of 1,000 memories
+    is one manifest read either way; paging saves the answer's size and the page's work).
+    ``found``: the names the place's search index matched (``search.match``); without it, ``q``
+    is looked for in the file name, name and description."""
     needle = (q or "").strip().casefold()
     chosen = [e for e in entries if (not type_ or e.type == type_)
-              and (not needle or needle in f"{e.file}\n{e.name}\n{e.description}".casefold())]
+              and (found is None or e.file in found)
+              and (found is not None or not needle or needle in f"{e.file}\n{e.name}\n{e.description}".casefold())]
     if order == "type":
         chosen.sort(key=lambda e: (TYPE_ORDER.get(e.type, len(TYPE_ORDER)), -e.updated_at, e.file))
+    elif order == "updated":
+        chosen.sort(key=lambda e: (-e.updated_at, e.file))
     return chosen
+
+
+def search_place(mdir: MemoryDir, q: str | None) -> tuple[list[ManifestEntry], set[str] | None]:
+    """The place's entries and the names holding every word of ``q`` (None: no query, or a place
+    without a manifest, whose entries are searched by their lines)."""
+    manifest = mdir.manifest()
+    if not manifest.entries:
+        return mdir.list_entries(), None
+    entries = manifest.sorted_entries()
+    if not (q or "").strip():
+        return entries, None
+    from ...search.match import matching
+
+    return entries, matching(mdir, manifest, q or "")
 
 
 def _not_found(mdir: MemoryDir, file: str) -> ApiError:
@@ -80,14 +103,15 @@ def add_place_routes(router: APIRouter, prefix: str, resolve: Callable[..., Memo
                 **opts)
     def list_files(mdir: Dir, offset: Offset = 0, limit: Limit = None, type: TypeFilter = None,
                    q: Search = None, order: Order = "file") -> FileList:
-        entries = mdir.list_entries()
+        entries, found = search_place(mdir, q)
+        matched = filter_entries(entries, None, q, "file", found)  # the counts follow the search
         types: dict[str, int] = {}
-        for e in entries:
+        for e in matched:
             types[e.type] = types.get(e.type, 0) + 1
-        chosen = filter_entries(entries, type, q, order)
+        chosen = filter_entries(matched, type, None, order)
         page = chosen[offset:] if limit is None else chosen[offset:offset + limit]
         return FileList(place=place_info(mdir.place), count=len(page), files=[entry_out(e) for e in page],
-                        matched=len(chosen), types=types)
+                        matched=len(chosen), types=types, total=len(entries))
 
     @router.delete(prefix, response_model=Cleared, summary="Clear: delete every memory file and the index", **opts)
     def clear(mdir: Dir) -> Cleared:
@@ -97,7 +121,7 @@ def add_place_routes(router: APIRouter, prefix: str, resolve: Callable[..., Memo
     def index(mdir: Dir) -> IndexText:
         capped = mdir.index_text()
         return IndexText(place=place_info(mdir.place), text=capped.text, truncated=capped.truncated,
-                         total_lines=capped.total_lines)
+                         total_lines=capped.total_lines, max_lines=mdir.limits.index_max_lines)
 
     @router.post(prefix + "/reindex", response_model=FileList,
                  summary="Rebuild the manifest and MEMORY.md from the files (LIST; on demand)", **opts)
@@ -139,7 +163,7 @@ def add_place_routes(router: APIRouter, prefix: str, resolve: Callable[..., Memo
                                                              "(the ETag from GET); 412 otherwise")] = None
                      ) -> SavedFile:
         try:
-            result = mdir.save(file, body.content, expect=if_match)
+            result = kept.save_versioned(mdir, file, body.content, expect=if_match, origin="api")
         except PreconditionFailed as exc:
             raise ApiError(412, f"{exc}; GET the file for its current ETag", "precondition_failed") from None
         if result.created:
@@ -154,8 +178,11 @@ def add_place_routes(router: APIRouter, prefix: str, resolve: Callable[..., Memo
             raise _not_found(mdir, file) from None
         return SavedFile(file=result.file, created=False, entry=entry_out(result.entry))
 
-    @router.delete(one, status_code=status.HTTP_204_NO_CONTENT, summary="Delete a memory file", **opts)
+    @router.delete(one, status_code=status.HTTP_204_NO_CONTENT,
+                   summary="Delete a memory file (kept in the trash; `X-Trash-Id` names the item)", **opts)
     def delete_file(mdir: Dir, file: FilePath) -> Response:
-        if not mdir.delete(file):
+        batch, gone = kept.trash_files(mdir, [file], "api")
+        if not gone:
             raise _not_found(mdir, file)
-        return Response(status_code=status.HTTP_204_NO_CONTENT)
+        headers = {"X-Trash-Id": batch.id} if batch is not None else {}
+        return Response(status_code=status.HTTP_204_NO_CONTENT, headers=headers)

@@ -16,6 +16,7 @@ from ...session.binding import bind_session
 from ..auth import Caller
 from ..deps import ServerContext
 from ..schemas import ERRORS, NewSession, SessionDebug
+from ..schemas_ui import SessionRecalled
 
 SessionPath = Annotated[str, PathParam(description="The session id.", max_length=128)]
 Messages = Annotated[bool, Query(description="Include the last buffered messages.")]
@@ -38,6 +39,15 @@ def add_session_routes(router: APIRouter, ctx: ServerContext) -> None:
         bound, _ = bind_session(user, session_id, ctx.config.session.bind_to_user)
         info = await run_in_threadpool(session_debug, ctx.services, bound, messages=messages)
         return SessionDebug(**info)
+
+    @router.get("/users/{user_id}/sessions/{session_id}/recalled", **opts, response_model=SessionRecalled,
+                summary="The memory files recall put into one of the user's sessions")
+    async def recalled(user: User, session_id: SessionPath,
+                       agent_type: Annotated[str, Query(max_length=128)] = "default") -> SessionRecalled:
+        bound, _ = bind_session(user, session_id, ctx.config.session.bind_to_user)
+        tracker = ctx.services.surfaced_tracker()
+        files = await run_in_threadpool(tracker.surfaced, bound, user_id=user, agent_type=agent_type)
+        return SessionRecalled(session_id=session_id, agent_type=agent_type, files=sorted(files))
 
     @router.delete("/users/{user_id}/sessions/{session_id}", **opts, status_code=status.HTTP_204_NO_CONTENT,
                    summary="Forget a session: its buffer, cached and stored summary")

@@ -1,11 +1,12 @@
 // The memory page: sign-in, then the person's views (memories, facts & profile, export &
 // import) and, with the admin token, the operator's. Views are chosen by the URL hash.
 import { api, ApiError, creds } from './api.js';
-import { clear, h } from './dom.js';
+import { clear, clearStaleToast, h } from './dom.js';
 import { factsView } from './facts.js';
-import { editorView, listPath, memoriesView } from './memories.js';
+import { editorView, listPath, memoriesView, memoryView } from './memories.js';
 import { operatorView } from './operator.js';
 import { transferView } from './transfer.js';
+import { trashView } from './trash.js';
 
 const VIEW_USER = 'hm.viewUser';
 const AGENT = 'hm.agent';
@@ -52,13 +53,19 @@ function agentPicker() {
   return box;
 }
 
+// The user's auto-memory place (facts and profile): its trash holds deleted facts.
+function factsPlace() {
+  return `${userBase()}/projects/${encodeURIComponent(who.project)}/memory`;
+}
+
 function places() {
   const agent = encodeURIComponent(agentType());
   return {
-    mine: { route: 'memory', base: `${userBase()}/agents/${agent}/memory`, editable: true,
+    mine: { route: 'memory', editRoute: 'edit', trash: '#/trash', base: `${userBase()}/agents/${agent}/memory`, editable: true,
+      sessions: `${userBase()}/sessions`, agentType: agentType(),
       title: 'Memories', label: `agent-memory/${agentType()}`, picker: agentPicker,
       hint: 'What the assistant saved about you, your feedback, your projects and references. Open one to correct it.' },
-    shared: { route: 'shared', base: `/shared/agents/${agent}/memory`, editable: true,
+    shared: { route: 'shared', editRoute: 'shared-edit', base: `/shared/agents/${agent}/memory`, editable: true,
       title: 'Shared agent memory', label: `agent-memory/${who.agent_type} (shared)`, hint: 'Shared by every user.' },
   };
 }
@@ -122,12 +129,15 @@ async function route() {
   early = null;
   const host = $('view');
   delete host.dataset.ready;
+  clearStaleToast(); // a note about the last view must not linger over the next one
   const view = h('div', { class: 'view' });
   const [name, ...rest] = location.hash.replace(/^#\/?/, '').split('/');
   const arg = rest.length ? decodeURIComponent(rest.join('/')) : '';
   for (const link of document.querySelectorAll('#nav a')) {
-    link.classList.toggle('active', link.dataset.view === (name || 'memories') ||
-      (name === 'memory' && link.dataset.view === 'memories'));
+    const on = link.dataset.view === (name || 'memories') ||
+      (['memory', 'edit'].includes(name) && link.dataset.view === 'memories');
+    link.classList.toggle('active', on);
+    if (on) link.setAttribute('aria-current', 'page'); else link.removeAttribute('aria-current');
   }
   const p = places();
   try {
@@ -135,9 +145,18 @@ async function route() {
       location.hash = '#/operator';
       return;
     }
-    if (name === 'memory' && arg) await editorView(view, p.mine, arg === 'new' ? '' : arg, '#/memories');
-    else if (name === 'shared' && arg) await editorView(view, p.shared, arg === 'new' ? '' : arg, '#/operator');
-    else if (name === 'facts') await factsView(view, userBase());
+    if (name === 'memory' && arg === 'new') await editorView(view, p.mine, '', '#/memories');
+    else if (name === 'memory' && arg) await memoryView(view, p.mine, arg, '#/memories');
+    else if (name === 'edit' && arg) await editorView(view, p.mine, arg, '#/memories');
+    else if (name === 'shared' && arg === 'new') await editorView(view, p.shared, '', '#/operator');
+    else if (name === 'shared' && arg) await memoryView(view, p.shared, arg, '#/operator');
+    else if (name === 'shared-edit' && arg) await editorView(view, p.shared, arg, '#/operator');
+    else if (name === 'facts') await factsView(view, userBase(), { trashBase: factsPlace() });
+    else if (name === 'trash') {
+      await trashView(view, [
+        { key: 'memories', title: 'Memories', what: 'memory', base: p.mine.base },
+        { key: 'facts', title: 'Facts', what: 'fact', base: factsPlace() }]);
+    }
     else if (name === 'transfer') transferView(view, userBase(), subject());
     else if (name === 'operator' && who.admin) await operatorView(view, who, openUser);
     else {
@@ -149,6 +168,8 @@ async function route() {
   }
   if (mine !== ticket) return; // a newer navigation owns the page
   clear(host).append(view);
+  const first = view.querySelector('[autofocus]');
+  if (first) first.focus();
   host.dataset.ready = name || 'memories';
 }
 

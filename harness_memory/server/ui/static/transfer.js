@@ -28,16 +28,26 @@ export function transferView(view, userBase, user) {
     const file = fileIn.files[0];
     if (!file) { err.textContent = 'choose an exported .json or .zip file first'; return; }
     const zip = file.name.toLowerCase().endsWith('.zip');
-    try {
-      const report = await api('POST', `${userBase}/memory/import?mode=${mode.value}`, {
-        body: await file.arrayBuffer(), headers: { 'Content-Type': zip ? 'application/zip' : 'application/json' } });
-      result.textContent = report.places.map((p) =>
-        `${p.path}: ${p.created} created, ${p.updated} updated, ${p.unchanged} unchanged, ${p.cleared} cleared`)
-        .join('\n') || 'nothing to import';
-      toast(`Imported ${report.written} files`);
+    const send = async (dry) => api('POST', `${userBase}/memory/import?mode=${mode.value}${dry ? '&dry_run=true' : ''}`, {
+      body: await file.arrayBuffer(), headers: { 'Content-Type': zip ? 'application/zip' : 'application/json' } });
+    const counts = (report) => report.places.map((p) =>
+      `${p.path}: ${p.created} created, ${p.updated} updated, ${p.unchanged} unchanged, ${p.cleared} cleared`)
+      .join('\n') || 'nothing to import';
+    const run = async () => {
+      try {
+        const report = await send(false);
+        result.textContent = counts(report);
+        toast(`Imported ${report.written} files`);
+      } catch (e) { err.textContent = e.message; }
+    };
+    if (mode.value !== 'replace') { await run(); return; }
+    try { // a replacing import: show what it would do first (nothing is written by the dry run)
+      const preview = await send(true);
+      confirmBox('Replace your memory with this file? What it removes or overwrites goes to the trash.', null, run,
+        { yes: 'Replace', hint: counts(preview) });
     } catch (e) { err.textContent = e.message; }
   };
-  const forget = () => view.append(confirmBox(
+  const forget = () => confirmBox(
     'Forget everything: every memory, fact and the profile of this user is deleted. This cannot be undone.',
     'forget', async () => {
       try {
@@ -45,7 +55,7 @@ export function transferView(view, userBase, user) {
         result.textContent = `Forgot ${done.deleted_files} files in ${done.places.length} places.`;
         toast('Everything forgotten');
       } catch (e) { err.textContent = e.message; }
-    }));
+    }, { hint: 'The trash goes too: nothing can be restored afterwards.' });
   view.append(h('section', { class: 'card' }, h('h2', {}, 'Export'),
     h('p', { class: 'hint' }, 'Everything the assistant remembers about you, as one file you can keep or import later.'),
     h('div', { class: 'row' },
