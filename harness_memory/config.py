@@ -316,16 +316,16 @@ class EmbedConfig(_Section):
                                  "a batch that times out is split in half, never marks the endpoint down.")
     batch_size: int = Field(64, ge=1, description="Most texts per embeddings request when memories are embedded "
                             "(smaller while the server is slow).")
-    chunk_tokens: int = Field(200, ge=16, description="Estimated tokens per embedded chunk of a memory (a memory is "
+    chunk_tokens: int = Field(80, ge=16, description="Estimated tokens per embedded chunk of a memory (a memory is "
                               "scored by its best chunk).")
     max_chunks: int = Field(64, ge=1, description="Most chunks embedded per memory (the rest is found by words).")
     weight_short: float = Field(0.85, ge=0, le=1, description="Weight of meaning (cosine) against words (BM25) for "
                                 "short memories (facts); `weight_long` for long ones, interpolated between.")
     weight_long: float = Field(0.5, ge=0, le=1, description="Weight of meaning against words for long memories "
                                "(whole conversations, documents).")
-    min_similarity: float = Field(0.3, ge=-1, le=1, description="Relevance floor: when no memory's best chunk is "
-                                  "this close to the query (cosine), recall returns nothing (small talk). "
-                                  "Model-specific: measure yours (docs/recall.md).")
+    min_similarity: float = Field(0.05, ge=-1, le=1, description="Relevance floor: when no memory's best chunk is "
+                                  "this close to the query (cosine), recall returns nothing; small talk is also "
+                                  "caught by its likeness to pleasantries (docs/recall.md).")
 
 
 class ServerConfig(_Section):

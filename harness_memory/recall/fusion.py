@@ -21,9 +21,10 @@ Confidence (``confident``): the light model is skipped when the fused lead of th
 the second is at least ``FUSED_MARGIN`` on this [0, 1] scale — a rule on the fused scores, not on
 BM25's ratio (fused scores are close together by construction, a ratio rule never fired).
 
-Relevance floor (``below_floor``): when no memory's best chunk reaches ``min_similarity``
-(cosine), nothing is recalled — "Thanks, that's all for today!" shares a word or two with many
-memories but means none of them.
+Relevance floor (``below_floor``): nothing is recalled when no memory's best chunk reaches
+``min_similarity`` (cosine), or when the query is closer to a pleasantry than to any memory
+(``smalltalk.py``) — "Thanks, that's all for today!" shares a word or two with many memories but
+means none of them.
 """
 
 from __future__ import annotations
@@ -35,11 +36,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from .lexical import ScoredFile
+from .smalltalk import SMALL_TALK_SIMILARITY
 
 SHORT_CHARS = 400
 LONG_CHARS = 6000
 FUSED_MARGIN = 0.15
 DENSE_CANDIDATES = 100
+WORDS_COVER = 0.6  # share of a query's words in one memory that says "not small talk"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +51,7 @@ class FusionParams:
 
     weight_short: float = 0.85
     weight_long: float = 0.5
-    min_similarity: float = 0.3
+    min_similarity: float = 0.05
     margin: float = FUSED_MARGIN
 
 
@@ -62,9 +65,20 @@ def weight_for(length: int, params: FusionParams) -> float:
     return params.weight_short + t * (params.weight_long - params.weight_short)
 
 
-def below_floor(similarities: Mapping[str, float], params: FusionParams) -> bool:
-    """No memory is close enough in meaning to be worth recalling."""
-    return not similarities or max(similarities.values()) < params.min_similarity
+def below_floor(similarities: Mapping[str, float], params: FusionParams, small_talk: float = 0.0,
+                words_cover: float = 0.0) -> bool:
+    """No memory is close enough in meaning to be worth recalling: the best is under
+    ``min_similarity``, or the query is small talk — at least ``SMALL_TALK_SIMILARITY`` close to a
+    pleasantry (``small_talk``: its cosine with the nearest, ``smalltalk.py``), closer to it than
+    to any memory, and its words do not mostly occur in one memory (``words_cover``: the share of
+    the query's distinct words found in the best lexical match; a model that does not know the
+    query's language puts every short sentence near the pleasantries, the words still see it)."""
+    if not similarities:
+        return True
+    best = max(similarities.values())
+    if best < params.min_similarity:
+        return True
+    return small_talk >= SMALL_TALK_SIMILARITY and small_talk > best and words_cover < WORDS_COVER
 
 
 def fuse_scores(lexical: Sequence[ScoredFile], similarities: Mapping[str, float], lengths: Mapping[str, int],
@@ -102,4 +116,4 @@ def confident(ranked: Sequence[ScoredFile], max_files: int, margin: float) -> bo
     return ranked[0].score - ranked[1].score >= margin
 
 
-__all__ = ["FUSED_MARGIN", "FusionParams", "below_floor", "confident", "fuse_scores", "weight_for"]
+__all__ = ["FUSED_MARGIN", "WORDS_COVER", "FusionParams", "below_floor", "confident", "fuse_scores", "weight_for"]

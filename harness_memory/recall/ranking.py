@@ -69,6 +69,30 @@ class PlaceRanker:
             log.warning("recall: semantic ranking failed (%s); lexical ranking only", exc)
             return {}
 
+    def _small_talk(self, query: str) -> float:
+        try:
+            return float(self.semantic.small_talk(query))  # type: ignore[attr-defined]
+        except Exception as exc:  # an extra: never fatal
+            log.info("recall: small-talk check failed (%s)", exc)
+            return 0.0
+
+    def _words_cover(self, query: str, lexical: list[ScoredFile]) -> float:
+        """Share of the query's distinct words found in its best lexical match (0.0: none)."""
+        if not lexical:
+            return 0.0
+        from ..search.index import tokenize
+
+        words = set(tokenize(query))
+        if not words:
+            return 0.0
+        top = lexical[0].file
+        for memdir, manifest, prefix in self.places.items:
+            if top.startswith(prefix) and top[len(prefix):] in manifest.entries:
+                doc = search_place.load(memdir, manifest).docs.get(top[len(prefix):])
+                if doc is not None:
+                    return len(words & doc.terms.keys()) / len(words)
+        return 0.0
+
     def lengths(self) -> dict[str, int]:
         return {prefix + f: int(e.size) for _, manifest, prefix in self.places.items
                 for f, e in manifest.entries.items()}
@@ -80,7 +104,7 @@ class PlaceRanker:
         sims = self.similarities(query, exclude)
         if not sims:
             return lexical[:k]
-        if below_floor(sims, self.fusion):
+        if below_floor(sims, self.fusion, self._small_talk(query), self._words_cover(query, lexical)):
             self.last_floor = True
             return []
         self.last_fused = True

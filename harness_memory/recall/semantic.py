@@ -76,6 +76,8 @@ class SemanticTier:
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._down_until = 0.0
+        self._anchors: np.ndarray | None = None  # the small-talk phrases' vectors (``smalltalk.py``)
+        self.blind_cjk = False  # the model puts unrelated Chinese sentences together (``knows``)
         self.embedded = 0  # memories embedded by this pod (metrics)
         self.failures = 0  # background rounds that failed
 
@@ -166,7 +168,7 @@ class SemanticTier:
                      ) -> dict[str, float]:
         """name -> best-chunk cosine with ``query`` for every memory with current vectors (names
         with the places' prefixes). Empty when the endpoint is down or nothing is embedded."""
-        if self.down:
+        if self.down or not self.knows(query):
             return {}
         out: dict[str, float] = {}
         qvec: np.ndarray | None = None
@@ -185,6 +187,41 @@ class SemanticTier:
                     continue
                 out[prefix + file] = float(best[slot])
         return out
+
+    def _calibrate(self) -> bool:
+        """Embed the small-talk phrases and the language probes once (one request); False when
+        the endpoint cannot (the floor then uses ``min_similarity`` only)."""
+        from .smalltalk import BLIND_SIMILARITY, CJK_PROBES, PHRASES
+
+        if self._anchors is not None:
+            return True
+        try:
+            vectors = self.client.documents([*PHRASES, *CJK_PROBES])
+        except Exception as exc:
+            log.info("calibration phrases not embedded (%s); the relevance floor uses min_similarity only", exc)
+            return False
+        probes = vectors[len(PHRASES):]
+        pairs = probes @ probes.T
+        off = pairs[~np.eye(len(probes), dtype=bool)]
+        self.blind_cjk = bool(off.mean() >= BLIND_SIMILARITY)
+        if self.blind_cjk:
+            log.info("embeddings model %s does not tell Chinese sentences apart (unrelated ones at cosine %.2f): "
+                     "queries in Chinese are ranked by words", self.model, float(off.mean()))
+        self._anchors = vectors[: len(PHRASES)]
+        return True
+
+    def small_talk(self, query: str) -> float:
+        """The query's cosine with the nearest pleasantry (``smalltalk.PHRASES``; 0.0 when they
+        cannot be embedded)."""
+        if not self._calibrate() or self._anchors is None:
+            return 0.0
+        return float((self._anchors @ self._query_vector(query)).max())
+
+    def knows(self, query: str) -> bool:
+        """The model tells sentences of the query's script apart (``smalltalk.CJK_PROBES``)."""
+        from .smalltalk import mostly_cjk
+
+        return not (mostly_cjk(query) and self._calibrate() and self.blind_cjk)
 
     def rank(self, places: Places, query: str, k: int, exclude: frozenset[str] = frozenset()) -> list[ScoredFile]:
         """The ``k`` memories nearest to ``query`` over ``places`` (names with the places' prefixes)."""

@@ -41,7 +41,7 @@ def estimate_tokens(text: str) -> float:
     return cjk + (len(text) - cjk) / 4.0
 
 
-def chunk_texts(name: str, description: str, body: str, chunk_tokens: int = 200, max_chunks: int = 64
+def chunk_texts(name: str, description: str, body: str, chunk_tokens: int = 80, max_chunks: int = 64
                 ) -> list[str]:
     """The texts embedded for one memory: the head (name, description, start of the body), then
     the rest of the body in chunks of about ``chunk_tokens`` estimated tokens, each prefixed with
