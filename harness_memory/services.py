@@ -267,6 +267,7 @@ class MemoryServices:
                                                  "api_key": cfg.api_key or model.api_key})
                     if cfg.base_url:
                         self._semantic = SemanticTier(cfg)
+                        self._semantic.telemetry = self.telemetry
                         on_commit(self.store, self._semantic.after_commit)
                     else:
                         log.warning("embed.model is set but no base URL (embed.base_url or model.base_url); "

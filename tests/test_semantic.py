@@ -330,3 +330,15 @@ def test_a_slow_server_gets_smaller_batches_and_the_tier_stays_up(services: Call
     assert sizes[0] == 16 and max(sizes[1:]) < 16
     assert recall(svc, "u1", "default", "memory 3 text 3").files[:1] == ("m3.md",)  # a query: its own deadline
     assert not tier.down
+
+
+def test_coverage_is_a_metric(services: Callable[..., MemoryServices], llm_server: ScriptedLLM) -> None:
+    llm_server.set_embedder(hash_vector)
+    svc = services("local", **embed_config(llm_server), observe={"metrics": True, "tracing": False})
+    tier = svc.semantic()
+    assert tier is not None
+    svc.user_agent_dir("u1").save_many([(f"m{i}.md", memory(f"M{i}", f"memory {i}", "x")) for i in range(3)])
+    tier.wait_idle()
+    text = svc.telemetry.render(None)[0].decode()
+    assert 'harness_memory_embeddings_total{outcome="embedded"} 3.0' in text
+    assert "harness_memory_embeddings_missing 0.0" in text

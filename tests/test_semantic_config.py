@@ -135,3 +135,30 @@ def test_embeddings_status_shows_coverage_and_fill_completes_it(make_config: Mak
     assert "users/u1/agent-memory/default\t3/3 embedded" in out and "3/3 memories embedded" in out
     assert main(["--config", str(write_config(plain, tmp_path / "p.yaml")), "embeddings", "status"]) == 0
     assert "embeddings: off" in capsys.readouterr().out
+
+
+def test_the_place_says_its_coverage_over_http(make_config: MakeConfig, llm_server: ScriptedLLM) -> None:
+    import asyncio
+
+    from harness_memory.services import services_for
+    from tests.test_server_memory import api
+
+    llm_server.set_embedder(hash_vector)
+    cfg = make_config("local", embed={"model": "hash-embed", "base_url": llm_server.base_url},
+                      server={"user_source": "header"})
+    svc = services_for(cfg)
+    svc.user_agent_dir("me").save_many([(f"m{i}.md", memory(f"M{i}", f"memory {i}", "x")) for i in range(2)])
+    tier = svc.semantic()
+    assert tier is not None
+    tier.wait_idle()
+
+    async def ask() -> dict[str, Any]:
+        async with api(cfg, wid="me") as client:
+            resp = await client.get("/users/me/agents/default/memory/embeddings")
+            assert resp.status_code == 200, resp.text
+            return dict(resp.json())
+
+    body = asyncio.run(ask())
+    assert body["enabled"] and body["model"] == "hash-embed"
+    assert (body["memories"], body["embedded"], body["missing"]) == (2, 2, 0)
+    assert body["place"]["path"] == "users/me/agent-memory/default"

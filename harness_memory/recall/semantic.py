@@ -79,6 +79,8 @@ class SemanticTier:
         self._anchors: np.ndarray | None = None  # the small-talk phrases' vectors (``smalltalk.py``)
         self.blind_cjk = False  # the model puts unrelated Chinese sentences together (``knows``)
         self.embedded = 0  # memories embedded by this pod (metrics)
+        self.telemetry: Any = None  # an ``observe.Telemetry`` when the owner gives one (metrics)
+        self._missing: dict[str, int] = {}  # place prefix -> memories lacking vectors at its last round
         self.failures = 0  # background rounds that failed
 
     @property
@@ -262,6 +264,8 @@ class SemanticTier:
                 except Exception as exc:  # the endpoint or the store failed: retried below
                     failures += 1
                     self.failures += 1
+                    if self.telemetry is not None:
+                        self.telemetry.embeddings("failed")
                     log.warning("embedding memories of %s failed (%s: %s); recall ranks them by words meanwhile%s",
                                 memdir.place.label, type(exc).__name__, exc,
                                 "" if failures > RETRIES else f"; retry in {RETRY_AFTER * 2 ** (failures - 1):.0f} s")
@@ -306,13 +310,18 @@ class SemanticTier:
         more may remain."""
         manifest = memdir.manifest()
         vectors = self.load(memdir, manifest)
-        todo = [e for f, e in manifest.entries.items() if vectors.stamp(f) != stamp_of(e)][:FILL_BATCH]
+        lacking = [e for f, e in manifest.entries.items() if vectors.stamp(f) != stamp_of(e)]
+        todo = lacking[:FILL_BATCH]
         stale = [f for f in vectors.position if f not in manifest.entries]
+        self._report(memdir, 0, len(lacking))
         if not todo and not stale:
             return False
         texts = self._texts(memdir, todo)
         flat = [t for chunks in texts.values() for t in chunks]
+        splits = self.client.splits
         matrix = self.embed(flat) if flat else np.zeros((0, 0), np.float32)
+        if self.client.splits > splits and self.telemetry is not None:
+            self.telemetry.embeddings("split", self.client.splits - splits)
         new: dict[str, tuple[tuple[int, float], np.ndarray]] = {}
         row = 0
         for file, chunks in texts.items():
@@ -321,7 +330,15 @@ class SemanticTier:
         self._merge(memdir, new, stale, manifest.updated_at)
         with self._lock:
             self.embedded += len(new)
+        self._report(memdir, len(new), len(lacking) - len(new))
         return len(todo) == FILL_BATCH
+
+    def _report(self, memdir: MemoryDir, embedded: int, lacking: int, outcome: str = "embedded") -> None:
+        with self._lock:
+            self._missing[memdir.place.prefix] = lacking
+            missing = sum(self._missing.values())
+        if self.telemetry is not None:
+            self.telemetry.embeddings(outcome, embedded, missing)
 
     def _merge(self, memdir: MemoryDir, new: dict[str, tuple[tuple[int, float], np.ndarray]],
                stale: list[str], version: float) -> None:

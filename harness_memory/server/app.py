@@ -33,6 +33,7 @@ from ..services import MemoryServices, services_for
 from .csrf import CrossSiteGuard
 from .deps import ServerContext
 from .errors import MemoryRoute, error_body, install_error_handlers
+from .routes.embeddings import add_place_embedding_routes
 from .routes.facts import add_facts_routes
 from .routes.fields import add_field_routes
 from .routes.files import add_place_routes
@@ -74,6 +75,7 @@ def add_routes(router: APIRouter, ctx: ServerContext) -> None:
         add_place_routes(router, path, resolve, tag)
         add_field_routes(router, path, resolve, tag)
         add_place_transfer_routes(router, path, resolve, tag, ctx)
+        add_place_embedding_routes(router, path, resolve, tag, ctx)
     add_user_routes(router, ctx)
     add_facts_routes(router, ctx)
     add_session_routes(router, ctx)
