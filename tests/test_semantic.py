@@ -71,6 +71,15 @@ def embed_config(llm: ScriptedLLM, **embed: Any) -> dict[str, Any]:
             "recall": {"use_model": False}}
 
 
+def tier_for(services: Callable[..., MemoryServices], llm: ScriptedLLM, backend: str = "local", **embed: Any
+             ) -> tuple[MemoryServices, Any, Any]:
+    """(services, their semantic tier, user u1's agent-memory place) with the scripted endpoint."""
+    svc = services(backend, **embed_config(llm, **embed))
+    tier = svc.semantic()
+    assert tier is not None
+    return svc, tier, svc.user_agent_dir("u1")
+
+
 def stored_vectors(svc: MemoryServices, user: str = "u1") -> Vectors:
     own = svc.user_agent_dir(user)
     return Vectors.from_bytes(svc.store.get(own.place.reserved_key(".search-vectors.bin")).data)
@@ -91,10 +100,7 @@ def test_saves_arriving_while_a_round_runs_are_all_embedded(services: Callable[.
         return hash_vector(text)
 
     llm_server.set_embedder(embedder)
-    svc = services(backend, **embed_config(llm_server))
-    tier = svc.semantic()
-    assert tier is not None
-    own = svc.user_agent_dir("u1")
+    svc, tier, own = tier_for(services, llm_server, backend)
     own.save("note-00.md", memory("Note 0", "first note", "alpha"))
     assert entered.wait(20)  # round 1 read the list (one memory) and is embedding it
     for i in range(1, 40):
@@ -115,10 +121,7 @@ def test_concurrent_savers_leave_no_memory_unembedded(services: Callable[..., Me
         return hash_vector(text)
 
     llm_server.set_embedder(embedder)
-    svc = services("local", **embed_config(llm_server))
-    tier = svc.semantic()
-    assert tier is not None
-    own = svc.user_agent_dir("u1")
+    svc, tier, own = tier_for(services, llm_server, "local")
 
     def saver(t: int) -> None:
         for i in range(10):
@@ -146,10 +149,7 @@ def test_a_failed_round_is_retried_without_another_save(services: Callable[..., 
         return hash_vector(text)
 
     llm_server.set_embedder(embedder)
-    svc = services("local", **embed_config(llm_server))
-    tier = svc.semantic()
-    assert tier is not None
-    own = svc.user_agent_dir("u1")
+    _svc, tier, own = tier_for(services, llm_server, "local")
     own.save_many([(f"m{i}.md", memory(f"M{i}", f"memory {i}", "x")) for i in range(5)])
     tier.wait_idle(30)
     assert tier.failures >= 1 and tier.coverage(own) == (5, 5)
@@ -200,10 +200,7 @@ def test_a_merge_does_work_in_proportion_to_the_change_not_the_place(n: int) -> 
 def test_the_merge_happens_outside_the_place_lock(services: Callable[..., MemoryServices],
                                                   llm_server: ScriptedLLM, monkeypatch: pytest.MonkeyPatch) -> None:
     llm_server.set_embedder(hash_vector)
-    svc = services("local", **embed_config(llm_server))
-    tier = svc.semantic()
-    assert tier is not None
-    own = svc.user_agent_dir("u1")
+    _svc, tier, own = tier_for(services, llm_server, "local")
     own.save_many([(f"m{i}.md", memory(f"M{i}", f"memory {i}", "x")) for i in range(3)])
     tier.wait_idle()
     holders: set[int] = set()
@@ -257,10 +254,7 @@ def test_chunks_cover_the_whole_body_in_order(body: str, tokens: int) -> None:
 def test_the_end_of_a_long_memory_is_found_by_meaning(services: Callable[..., MemoryServices],
                                                       llm_server: ScriptedLLM) -> None:
     llm_server.set_embedder(hash_vector)
-    svc = services("local", **embed_config(llm_server, chunk_tokens=100, min_similarity=0.1))
-    tier = svc.semantic()
-    assert tier is not None
-    own = svc.user_agent_dir("u1")
+    svc, tier, own = tier_for(services, llm_server, "local", chunk_tokens=100, min_similarity=0.1)
     filler = " ".join(f"word{i}" for i in range(2000))
     own.save_many([("long.md", memory("Diary", "a long diary", filler + "\nquokka marsupial rottnest island")),
                    ("short.md", memory("Cat", "about the cat", "the cat sleeps a lot"))])
@@ -318,10 +312,7 @@ def test_a_slow_server_gets_smaller_batches_and_the_tier_stays_up(services: Call
         return hash_vector(text)
 
     llm_server.set_embedder(slow)
-    svc = services("local", **embed_config(llm_server, timeout=0.8, batch_timeout=1.0, batch_size=16))
-    tier = svc.semantic()
-    assert tier is not None
-    own = svc.user_agent_dir("u1")
+    svc, tier, own = tier_for(services, llm_server, "local", timeout=0.8, batch_timeout=1.0, batch_size=16)
     own.save_many([(f"m{i}.md", memory(f"M{i}", f"memory {i}", f"text {i}")) for i in range(16)])
     tier.wait_idle(60)
     assert tier.client.splits >= 1 and tier.client.batch < 16  # the batch was split, not given up
