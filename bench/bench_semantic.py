@@ -141,7 +141,8 @@ def evaluate(ds: DevSet, granularity: str, embed: dict[str, Any], sweep: bool = 
         lexical = PlaceRanker(places)
         hybrid = PlaceRanker(places, tier)
         margin = svc.config.recall.confident_margin
-        tier.small_talk("hello")  # calibrates the tier (pleasantries, language probes) before anything is timed
+        tier.small_talk("hello")  # schedules the tier's calibration (pleasantries, language probes) ...
+        tier.wait_idle(600)  # ... done before anything is timed
         res = Result({"lexical": 0, "dense": 0, "hybrid": 0}, {"lexical": 0, "hybrid": 0}, 0, [], 0,
                      len(ds.small_talk), 0)
         for query, fid in ds.queries:

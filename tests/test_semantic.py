@@ -278,6 +278,7 @@ def test_small_talk_recalls_nothing_and_a_real_question_something(services: Call
     assert tier is not None
     tier.wait_idle()
     assert recall(svc, "u1", "default", "where is the corolla parked").files[:1] == ("car.md",)
+    tier.wait_idle()  # the first query scheduled the calibration (pleasantries) in the background
     assert recall(svc, "u1", "default", "Thanks, that's all for today!").files == ()
     lexical_only = services("local", recall={"use_model": False})
     assert lexical_only.semantic() is None

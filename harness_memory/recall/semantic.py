@@ -52,6 +52,7 @@ QUERY_CACHE = 512
 RETRY_AFTER = 30.0  # seconds the endpoint is left alone after a failure
 RETRIES = 4  # background retries of a failed fill (RETRY_AFTER, x2, x4 ...) before waiting for the next save
 MERGE_ATTEMPTS = 3  # optimistic merges before merging under the lock
+CALIBRATION = "\0calibration"  # the pending-work key of the one-off calibration request
 
 
 def embed_text(name: str, description: str, body: str) -> str:
@@ -191,17 +192,26 @@ class SemanticTier:
         return out
 
     def _calibrate(self) -> bool:
-        """Embed the small-talk phrases and the language probes once (one request); False when
-        the endpoint cannot (the floor then uses ``min_similarity`` only)."""
-        from .smalltalk import BLIND_SIMILARITY, CJK_PROBES, PHRASES
-
+        """True once the small-talk phrases and the language probes are embedded. The first call
+        schedules that (one request) in the background and answers False: a query never waits
+        on it (the floor then uses ``min_similarity`` only, the tier is used for every language)."""
         if self._anchors is not None:
             return True
+        with self._lock:
+            if not self._closed.is_set() and CALIBRATION not in self._pending:
+                self._pending[CALIBRATION] = self._pool.submit(self._do_calibrate)
+        return False
+
+    def _do_calibrate(self) -> None:
+        from .smalltalk import BLIND_SIMILARITY, CJK_PROBES, PHRASES
+
         try:
             vectors = self.client.documents([*PHRASES, *CJK_PROBES])
         except Exception as exc:
             log.info("calibration phrases not embedded (%s); the relevance floor uses min_similarity only", exc)
-            return False
+            with self._lock:
+                self._pending.pop(CALIBRATION, None)  # the next query schedules it again
+            return
         probes = vectors[len(PHRASES):]
         pairs = probes @ probes.T
         off = pairs[~np.eye(len(probes), dtype=bool)]
@@ -210,7 +220,6 @@ class SemanticTier:
             log.info("embeddings model %s does not tell Chinese sentences apart (unrelated ones at cosine %.2f): "
                      "queries in Chinese are ranked by words", self.model, float(off.mean()))
         self._anchors = vectors[: len(PHRASES)]
-        return True
 
     def small_talk(self, query: str) -> float:
         """The query's cosine with the nearest pleasantry (``smalltalk.PHRASES``; 0.0 when they
