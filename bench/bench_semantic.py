@@ -94,6 +94,13 @@ def memories(ds: DevSet, granularity: str) -> tuple[dict[str, str], dict[str, st
 
 @contextmanager
 def endpoint() -> Iterator[dict[str, Any] | None]:
+    """The environment's endpoint (``HARNESS_MEMORY_EMBED_MODEL`` + ``_BASE_URL``: e.g. a
+    multilingual model), else the bundled all-MiniLM-L6-v2 server."""
+    if os.environ.get("HARNESS_MEMORY_EMBED_MODEL") and os.environ.get("HARNESS_MEMORY_EMBED_BASE_URL"):
+        yield {"model": os.environ["HARNESS_MEMORY_EMBED_MODEL"],
+               "base_url": os.environ["HARNESS_MEMORY_EMBED_BASE_URL"], "api_key": "k", "timeout": 60,
+               "batch_timeout": 600, "batch_size": 16}
+        return
     try:
         from .embed_server import EmbedServer
 
@@ -179,6 +186,8 @@ def run(quick: bool = False, argv: list[str] | None = None) -> str:
     argv = argv or []
     sweep = "--sweep" in argv
     with endpoint() as embed:
+        bundled = embed is None or embed["model"] == "all-MiniLM-L6-v2"
+        embed_label = "all-MiniLM-L6-v2 (`bench/embed_server.py`, numpy)" if bundled else f"`{embed['model']}`"
         if embed is None:
             return "_skipped: no embedding model installed (see bench/bench_semantic.py) — not a pass_"
         rows: list[list[Any]] = []
@@ -197,10 +206,10 @@ def run(quick: bool = False, argv: list[str] | None = None) -> str:
                 small.append(f"{name}/{granularity}: {r.floor_small_talk}/{r.n_small_talk}")
                 if swept:
                     sweep_rows.append([name, granularity, *(f"{v:.3f}" for v in swept.values())])
-    out = ["Embeddings: all-MiniLM-L6-v2 (`bench/embed_server.py`, numpy); defaults: weight_short 0.85, "
-           "weight_long 0.5, min_similarity 0.05, chunk_tokens 80, fused confidence margin 0.15. On Chinese "
-           "this English model cannot tell sentences apart (its calibration probe), so recall abstains from it "
-           "there: hybrid = lexical; 'dense' shows what the model alone would do.", "",
+    out = [f"Embeddings: {embed_label}; defaults: weight_short 0.85, "
+           "weight_long 0.5, min_similarity 0.05, chunk_tokens 80, fused confidence margin 0.15. A model that "
+           "cannot tell Chinese sentences apart (the tier's calibration probe; all-MiniLM-L6-v2) is not used for "
+           "Chinese queries: hybrid = lexical there; 'dense' shows what the model alone would do.", "",
            table(["set", "granularity", "questions", "lexical R@5", "dense R@5", "hybrid R@5",
                   "hybrid ≥ both", "hybrid p50 ms", "hybrid p95 ms", "ask rate (lexical)", "ask rate (hybrid)",
                   "questions emptied by the floor"], rows), "",

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .lexical import ScoredFile
-from .smalltalk import SMALL_TALK_SIMILARITY
+from .smalltalk import SMALL_TALK_SIMILARITY, rescaled
 
 SHORT_CHARS = 400
 LONG_CHARS = 6000
@@ -66,10 +66,11 @@ def weight_for(length: int, params: FusionParams) -> float:
 
 
 def below_floor(similarities: Mapping[str, float], params: FusionParams, small_talk: float = 0.0,
-                words_cover: float = 0.0) -> bool:
+                words_cover: float = 0.0, baseline: float = 0.0) -> bool:
     """No memory is close enough in meaning to be worth recalling: the best is under
     ``min_similarity``, or the query is small talk — at least ``SMALL_TALK_SIMILARITY`` close to a
-    pleasantry (``small_talk``: its cosine with the nearest, ``smalltalk.py``), closer to it than
+    pleasantry (``small_talk``: its cosine with the nearest, ``smalltalk.py``; measured from the
+    model's ``baseline`` similarity of unrelated sentences), closer to it than
     to any memory, and its words do not mostly occur in one memory (``words_cover``: the share of
     the query's distinct words found in the best lexical match; a model that does not know the
     query's language puts every short sentence near the pleasantries, the words still see it)."""
@@ -78,7 +79,7 @@ def below_floor(similarities: Mapping[str, float], params: FusionParams, small_t
     best = max(similarities.values())
     if best < params.min_similarity:
         return True
-    return small_talk >= SMALL_TALK_SIMILARITY and small_talk > best and words_cover < WORDS_COVER
+    return rescaled(small_talk, baseline) >= SMALL_TALK_SIMILARITY and small_talk > best and words_cover < WORDS_COVER
 
 
 def fuse_scores(lexical: Sequence[ScoredFile], similarities: Mapping[str, float], lengths: Mapping[str, int],

@@ -104,7 +104,8 @@ class PlaceRanker:
         sims = self.similarities(query, exclude)
         if not sims:
             return lexical[:k]
-        if below_floor(sims, self.fusion, self._small_talk(query), self._words_cover(query, lexical)):
+        baseline = float(getattr(self.semantic, "baseline", 0.0))
+        if below_floor(sims, self.fusion, self._small_talk(query), self._words_cover(query, lexical), baseline):
             self.last_floor = True
             return []
         self.last_fused = True

@@ -79,6 +79,7 @@ class SemanticTier:
         self._down_until = 0.0
         self._anchors: np.ndarray | None = None  # the small-talk phrases' vectors (``smalltalk.py``)
         self.blind_cjk = False  # the model puts unrelated Chinese sentences together (``knows``)
+        self.baseline = 0.0  # the model's cosine of unrelated sentences (``smalltalk.BASE_PROBES``)
         self.embedded = 0  # memories embedded by this pod (metrics)
         self.telemetry: Any = None  # an ``observe.Telemetry`` when the owner gives one (metrics)
         self._missing: dict[str, int] = {}  # place prefix -> memories lacking vectors at its last round
@@ -203,23 +204,28 @@ class SemanticTier:
         return False
 
     def _do_calibrate(self) -> None:
-        from .smalltalk import BLIND_SIMILARITY, CJK_PROBES, PHRASES
+        from .smalltalk import BASE_PROBES, BLIND_SIMILARITY, CJK_PROBES, PHRASES
 
         try:
-            vectors = self.client.documents([*PHRASES, *CJK_PROBES])
+            vectors = self.client.documents([*PHRASES, *CJK_PROBES, *BASE_PROBES])
         except Exception as exc:
             log.info("calibration phrases not embedded (%s); the relevance floor uses min_similarity only", exc)
             with self._lock:
                 self._pending.pop(CALIBRATION, None)  # the next query schedules it again
             return
-        probes = vectors[len(PHRASES):]
-        pairs = probes @ probes.T
-        off = pairs[~np.eye(len(probes), dtype=bool)]
-        self.blind_cjk = bool(off.mean() >= BLIND_SIMILARITY)
+
+        def mean_off_diagonal(rows: np.ndarray) -> float:
+            pairs = rows @ rows.T
+            return float(pairs[~np.eye(len(rows), dtype=bool)].mean())
+
+        n = len(PHRASES)
+        cjk = mean_off_diagonal(vectors[n: n + len(CJK_PROBES)])
+        self.baseline = mean_off_diagonal(vectors[n + len(CJK_PROBES):])
+        self.blind_cjk = cjk - self.baseline >= BLIND_SIMILARITY
         if self.blind_cjk:
-            log.info("embeddings model %s does not tell Chinese sentences apart (unrelated ones at cosine %.2f): "
-                     "queries in Chinese are ranked by words", self.model, float(off.mean()))
-        self._anchors = vectors[: len(PHRASES)]
+            log.info("embeddings model %s does not tell Chinese sentences apart (unrelated ones at cosine %.2f, "
+                     "English ones at %.2f): queries in Chinese are ranked by words", self.model, cjk, self.baseline)
+        self._anchors = vectors[:n]
 
     def small_talk(self, query: str) -> float:
         """The query's cosine with the nearest pleasantry (``smalltalk.PHRASES``; 0.0 when they

@@ -4,14 +4,15 @@ Why anchors instead of a fixed cosine: what a cosine of 0.3 means depends on the
 language and the memory (a paraphrased question scores 0.12 against a long conversation with
 all-MiniLM-L6-v2, while "Thanks, that's all for today!" scores 0.26 against the chit-chat in
 the same conversation). But any embedding model puts "thanks, that's all" next to "thank you,
-bye". So the query is embedded beside these phrases (once per tier, one request): when it is
-at least ``SMALL_TALK_SIMILARITY`` close to one of them and closer to it than to every memory,
-it is small talk and recall returns nothing.
+bye". So the query is compared with these phrases (embedded once per tier, one request): when
+it is at least ``SMALL_TALK_SIMILARITY`` close to one of them — on a scale where 0 is the
+model's similarity of unrelated sentences (``BASE_PROBES``) — and closer to it than to every
+memory, it is small talk and recall returns nothing.
 """
 
 from __future__ import annotations
 
-SMALL_TALK_SIMILARITY = 0.5
+SMALL_TALK_SIMILARITY = 0.45  # on the ``rescaled`` scale (all-MiniLM-L6-v2: a cosine of about 0.5)
 
 PHRASES = (
     "Thanks, that's all for today!", "Thank you so much.", "Thanks!", "OK, got it.", "Okay cool.",
@@ -26,7 +27,17 @@ PHRASES = (
 #: (the same model on Chinese: 0.5-0.7). Then its similarities say nothing about queries in that
 #: script and the tier abstains on them (words rank alone).
 CJK_PROBES = ("我明天要去银行办理业务。", "这只猫喜欢在窗台上晒太阳。", "公司下周开始实行新的报销制度。")
-BLIND_SIMILARITY = 0.4
+#: The same three sentences in English: their similarity is the model's baseline for "unrelated"
+#: (all-MiniLM-L6-v2: ~0.1; multilingual-e5-small: ~0.75, its vectors share one direction).
+BASE_PROBES = ("I need to go to the bank tomorrow.", "The cat likes to sunbathe on the windowsill.",
+               "The company starts a new expense policy next week.")
+#: Blind to CJK: unrelated Chinese sentences this much closer than unrelated English ones.
+BLIND_SIMILARITY = 0.25
+
+
+def rescaled(similarity: float, baseline: float) -> float:
+    """A cosine on a model-independent scale: 0 at the model's "unrelated" baseline, 1 at identity."""
+    return (similarity - baseline) / max(1.0 - baseline, 1e-6)
 
 
 def mostly_cjk(text: str) -> bool:
@@ -39,4 +50,5 @@ def mostly_cjk(text: str) -> bool:
     return cjk * 2 > len(letters)
 
 
-__all__ = ["BLIND_SIMILARITY", "CJK_PROBES", "PHRASES", "SMALL_TALK_SIMILARITY", "mostly_cjk"]
+__all__ = ["BASE_PROBES", "BLIND_SIMILARITY", "CJK_PROBES", "PHRASES", "SMALL_TALK_SIMILARITY", "mostly_cjk",
+           "rescaled"]
