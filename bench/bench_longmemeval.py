@@ -251,7 +251,8 @@ def _embed_config(argv: list[str]) -> Iterator[_Embed | None]:
         with EmbedServer() as server:
             # a CPU model on a shared 2-core box: long deadlines for the bulk embedding of the haystacks
             yield _Embed({"model": server.model, "base_url": server.base_url, "api_key": "k", "timeout": 600,
-                          "batch_size": 16}, f"{server.model} (int8 ONNX, 128 tokens, bench/embed_server.py)")
+                          "batch_timeout": 600, "batch_size": 16},
+                         f"{server.model} (numpy, 256 tokens, bench/embed_server.py)")
         return
     yield None
 

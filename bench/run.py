@@ -60,6 +60,10 @@ BENCHES = (
     Bench("recall", "Relevant recall", "bench.bench_recall", "Lexical and model recall over 1,000 memories."),
     Bench("longmemeval", "Recall on LongMemEval", "bench.bench_longmemeval",
           "recall@1/5/10 at session and fact granularity (`$HARNESS_MEMORY_LONGMEMEVAL`; skipped without it)."),
+    Bench("semantic", "Semantic recall on dev sets", "bench.bench_semantic",
+          "Lexical, dense and hybrid recall@5 on our en/zh dev sets at fact and session granularity, hybrid "
+          "latency, light-model ask rate, small talk (all-MiniLM-L6-v2 served on 127.0.0.1; skipped without it).",
+          smoke=False),
     Bench("cost", "4. Memory cost: harness-memory vs agno's built-in memory", "bench.bench_cost",
           "Model requests and tokens spent on memory in one scripted 100-turn conversation."),
     Bench("auto", "4b. Auto memory at different paces (virtual clock)", "bench.bench_auto",

@@ -246,6 +246,30 @@ def cmd_reindex(svc: MemoryServices, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_embeddings(svc: MemoryServices, args: argparse.Namespace) -> int:
+    """Coverage of the semantic tier per place (memories with current vectors / memories);
+    ``--fill`` embeds what is missing now. Exit 1 when a place is not fully covered."""
+    tier = svc.semantic()
+    if tier is None:
+        print("embeddings: off (HARNESS_MEMORY_EMBED_MODEL unset)")
+        return 0
+    scope = parse_scope(args.path or "", svc.key_prefix)
+    found = discover_places(svc.store, scope, svc.key_prefix)
+    missing = 0
+    total_done = total = 0
+    for f in found:
+        mdir = svc.memdir(f.place)
+        if args.fill:
+            tier.fill(mdir)
+        done, count = tier.coverage(mdir)
+        total_done, total = total_done + done, total + count
+        missing += count - done
+        print(f"{place_path(f.place)}	{done}/{count} embedded")
+    print(f"embeddings {tier.model!r}: {total_done}/{total} memories embedded in {len(found)} places"
+          + (f", {missing} missing" if missing else ""))
+    return EXIT_FAIL if missing else 0
+
+
 def cmd_snapshot(svc: MemoryServices, args: argparse.Namespace) -> int:
     """``status`` reads; ``sync`` writes only with an explicit choice (``--replace`` drops the
     user's own memories, ``--keep-local`` keeps them): without one it changes nothing and says
@@ -398,6 +422,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dry-run", action="store_true")
     s = sub.add_parser("reindex", help="rebuild MEMORY.md and the manifest from the files (LIST)")
     s.add_argument("path", nargs="?", help="users/<id>, a memory directory, or nothing for every place")
+    s = sub.add_parser("embeddings", help="semantic tier coverage per place (memories with current vectors); "
+                       "--fill embeds what is missing now")
+    s.add_argument("action", choices=["status"], help="status: memories embedded / memories, per place")
+    s.add_argument("path", nargs="?", help="a place, users/<id>, or nothing for every place")
+    s.add_argument("--fill", action="store_true", help="embed missing memories now (waits for the endpoint)")
     s = sub.add_parser("snapshot", help="snapshot status of a user's agent memory, or sync it")
     s.add_argument("action", choices=["status", "sync"])
     s.add_argument("path", help="users/<id>/agent-memory/<type>")
@@ -437,8 +466,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 STORE_COMMANDS: dict[str, Callable[[MemoryServices, argparse.Namespace], int]] = {
     "ls": cmd_ls, "cat": cmd_cat, "rm": cmd_rm, "clear": cmd_clear, "export": cmd_export,
-    "import": cmd_import, "reindex": cmd_reindex, "snapshot": cmd_snapshot, "session": cmd_session,
-    "facts": cmd_facts, "trash": cmd_trash,
+    "import": cmd_import, "reindex": cmd_reindex, "embeddings": cmd_embeddings, "snapshot": cmd_snapshot,
+    "session": cmd_session, "facts": cmd_facts, "trash": cmd_trash,
 }
 
 

@@ -14,6 +14,8 @@ the field name in upper case (``store.cos_bucket`` -> ``HARNESS_MEMORY_COS_BUCKE
 
 from __future__ import annotations
 
+import difflib
+import logging
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -27,6 +29,9 @@ from .errors import ConfigError  # defined in errors (redis_target raises it too
 from .redis_target import target_for
 
 ENV_PREFIX = "HARNESS_MEMORY_"
+#: Variables with our prefix that are not settings (the config file's path, benchmark switches).
+OTHER_ENV = frozenset({"HARNESS_MEMORY_CONFIG", "HARNESS_MEMORY_LONGMEMEVAL", "HARNESS_MEMORY_BENCH_EMBED"})
+log = logging.getLogger(__name__)
 
 
 class _Section(BaseModel):
@@ -327,8 +332,22 @@ class EmbedConfig(_Section):
     model: str | None = Field(None, description="Embeddings model id; unset: no semantic tier, no call made.")
     base_url: str | None = Field(None, description="Embeddings base URL (default: the model's `base_url`).")
     api_key: SecretStr | None = Field(None, description="Embeddings API key (default: the model's `api_key`).")
-    timeout: float = Field(5.0, gt=0, description="Seconds per embeddings request (a query's waits on it).")
-    batch_size: int = Field(64, ge=1, description="Texts per embeddings request when memories are embedded.")
+    timeout: float = Field(5.0, gt=0, description="Seconds a query's embeddings request may take (the user waits "
+                           "on it); then recall ranks by words.")
+    batch_timeout: float = Field(120.0, gt=0, description="Seconds one background batch of memory chunks may take; "
+                                 "a batch that times out is split in half, never marks the endpoint down.")
+    batch_size: int = Field(64, ge=1, description="Most texts per embeddings request when memories are embedded "
+                            "(smaller while the server is slow).")
+    chunk_tokens: int = Field(80, ge=16, description="Estimated tokens per embedded chunk of a memory (a memory is "
+                              "scored by its best chunk).")
+    max_chunks: int = Field(64, ge=1, description="Most chunks embedded per memory (the rest is found by words).")
+    weight_short: float = Field(0.85, ge=0, le=1, description="Weight of meaning (cosine) against words (BM25) for "
+                                "short memories (facts); `weight_long` for long ones, interpolated between.")
+    weight_long: float = Field(0.5, ge=0, le=1, description="Weight of meaning against words for long memories "
+                               "(whole conversations, documents).")
+    min_similarity: float = Field(0.05, ge=-1, le=1, description="Relevance floor: when no memory's best chunk is "
+                                  "this close to the query (cosine), recall returns nothing; small talk is also "
+                                  "caught by its likeness to pleasantries (docs/recall.md).")
 
 
 class ServerConfig(_Section):
@@ -421,6 +440,21 @@ class MemoryConfig(_Section):
                         setattr(part, field, value)
         return self
 
+    @model_validator(mode="after")
+    def _embed_partners(self) -> MemoryConfig:
+        """An embeddings setting without its partner is an error, not a silently missing tier."""
+        embed = self.embed
+        given = [f for f in ("base_url", "api_key") if getattr(embed, f) is not None]
+        if given and not embed.model:
+            names = " and ".join(f"HARNESS_MEMORY_EMBED_{f.upper()}" for f in given)
+            raise ValueError(f"{names} set without HARNESS_MEMORY_EMBED_MODEL (embed.model): set the embeddings "
+                             "model id too, or remove the setting")
+        if embed.model and not (embed.base_url or self.model.base_url):
+            raise ValueError("HARNESS_MEMORY_EMBED_MODEL (embed.model) set without HARNESS_MEMORY_EMBED_BASE_URL "
+                             "(embed.base_url) or HARNESS_MEMORY_BASE_URL (model.base_url, its fallback): set the "
+                             "embeddings endpoint's base URL")
+        return self
+
     @classmethod
     def load(
         cls,
@@ -442,6 +476,7 @@ class MemoryConfig(_Section):
         for env_name, section, field in _env_fields():
             if env_name in env:
                 data.setdefault(section, {})[field] = env[env_name]
+        warn_unknown_env(env)
         for section, values in overrides.items():
             if section not in _SECTIONS:
                 raise ConfigError(f"unknown config section {section!r}")
@@ -461,6 +496,16 @@ class MemoryConfig(_Section):
         if out["redis"]["url"]:  # redis://user:PASSWORD@host
             out["redis"]["url"] = re.sub(r"(://[^/@]*?:)[^/@]*@", r"\1***@", out["redis"]["url"])
         return out
+
+
+def effective_embed(cfg: MemoryConfig) -> EmbedConfig | None:
+    """The embeddings endpoint as the semantic tier uses it (base URL and key fall back to the
+    agent model's), or None when the tier is off."""
+    embed = cfg.embed
+    if not embed.model:
+        return None
+    return embed.model_copy(update={"base_url": embed.base_url or cfg.model.base_url,
+                                    "api_key": embed.api_key or cfg.model.api_key})
 
 
 def lease_problem(cfg: MemoryConfig) -> str | None:
@@ -519,6 +564,23 @@ def _env_fields() -> Iterator[tuple[str, str, str]]:
             yield ENV_PREFIX + prefix + field.upper(), section, field
 
 
+def unknown_env(env: Mapping[str, str]) -> list[tuple[str, str | None]]:
+    """(variable, the closest known name or None) for every ``HARNESS_MEMORY_*`` variable that is
+    no setting: a misspelt name would otherwise leave its setting silently at the default."""
+    known = {name for name, _, _ in _env_fields()} | OTHER_ENV
+    out = []
+    for name in sorted(env):
+        if name.startswith(ENV_PREFIX) and name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+            out.append((name, close[0] if close else None))
+    return out
+
+
+def warn_unknown_env(env: Mapping[str, str]) -> None:
+    for name, close in unknown_env(env):
+        log.warning("unknown environment variable %s ignored%s", name, f" (did you mean {close}?)" if close else "")
+
+
 def env_table() -> list[tuple[str, str, str, str]]:
     """(env var, config path, default, description) for every setting — the README table."""
     rows = []
@@ -540,7 +602,8 @@ def _explain(exc: ValidationError) -> str:
         hint = ""
         if section in _SECTIONS and field:
             hint = f" (env {ENV_PREFIX}{_SECTIONS[section]}{field.split('.')[0].upper()})"
-        parts.append(f"{loc}{hint}: {err['msg']}")
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        parts.append(f"{loc}{hint}: {msg}" if loc else msg)
     return "invalid configuration: " + "; ".join(parts)
 
 

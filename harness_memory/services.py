@@ -269,6 +269,7 @@ class MemoryServices:
                                                  "api_key": cfg.api_key or model.api_key})
                     if cfg.base_url:
                         self._semantic = SemanticTier(cfg)
+                        self._semantic.telemetry = self.telemetry
                         self._embed_on_commit = EmbedOnCommit(self._semantic)
                     else:
                         log.warning("embed.model is set but no base URL (embed.base_url or model.base_url); "

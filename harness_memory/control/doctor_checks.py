@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
+from ..config import effective_embed
 from ..errors import ObjectNotFound, PreconditionFailed, StorageError
 from ..storage import LocalStore
 
@@ -285,23 +286,19 @@ def check_light_model(services: MemoryServices, deadline: float) -> Finding:
 
 
 def _embed_settings(services: MemoryServices) -> tuple[str | None, str | None, str | None]:
-    """(model, base URL, key) of an embeddings endpoint, wherever the config keeps ``embed_*``."""
-    found: dict[str, Any] = {}
-    for section in type(services.config).model_fields:
-        values = getattr(services.config, section)
-        for name in type(values).model_fields:
-            if name.startswith("embed_") or (section.startswith("embed") and name in ("model", "base_url",
-                                                                                    "api_key")):
-                found.setdefault(name.removeprefix("embed_"), getattr(values, name))
-    key = found.get("api_key")
-    secret = key.get_secret_value() if hasattr(key, "get_secret_value") else key
-    return found.get("model"), found.get("base_url"), secret
+    """(model, base URL, key) of the embeddings endpoint as the semantic tier uses it (base URL and
+    key fall back to the agent model's: ``config.effective_embed``)."""
+    embed = effective_embed(services.config)
+    if embed is None:
+        return None, None, None
+    key = embed.api_key.get_secret_value() if embed.api_key else None
+    return embed.model, embed.base_url, key
 
 
 def check_embeddings(services: MemoryServices, deadline: float) -> Finding:
     model, base_url, key = _embed_settings(services)
     if not model or not base_url:
-        return Finding("skip", "no embeddings endpoint configured")
+        return Finding("skip", "no embeddings endpoint configured (HARNESS_MEMORY_EMBED_MODEL unset)")
     from openai import OpenAI
 
     started = time.perf_counter()

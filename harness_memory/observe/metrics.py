@@ -132,6 +132,12 @@ class Metrics:
                                ("path", "outcome"))
         self.recall_seconds = histogram("recall_seconds", "Recall latency (choose and read).", ("path",),
                                         FAST_BUCKETS)
+        self.embeddings = counter("embeddings", "Semantic tier background work by outcome (embedded = memories "
+                                  "given vectors, failed = rounds that failed and are retried, split = batches "
+                                  "halved after a timeout).", ("outcome",))
+        self.embeddings_missing = self._declare(Family("gauge", "embeddings_missing", "Memories this pod last "
+                                                       "found without current vectors (summed over the places it "
+                                                       "filled; 0 = complete).", (), mode="livesum"))
         self.llm_calls = counter("llm_calls", "Light-model calls by purpose and outcome.", ("purpose", "outcome"))
         self.llm_tokens = counter("llm_tokens", "Light-model tokens by purpose and kind (prompt, completion).",
                                   ("purpose", "kind"))

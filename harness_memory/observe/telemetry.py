@@ -349,6 +349,16 @@ class Telemetry:
             if outcome == "ok":
                 self.metrics.inc(self.metrics.session_messages, (), messages)
 
+    def embeddings(self, outcome: str, count: int = 1, missing: int | None = None) -> None:
+        """Semantic tier work (``embedded`` / ``failed`` / ``split``) and, when given, the memories
+        still lacking vectors."""
+        if self.metrics is None:
+            return
+        if count > 0:
+            self.metrics.inc(self.metrics.embeddings, (outcome,), count)
+        if missing is not None:
+            self.metrics.set(self.metrics.embeddings_missing, (), missing)
+
     def auto_queue(self, depth: int | None = None, events: dict[str, int] | None = None) -> None:
         """The auto-memory queue's depth and new queue events (``{"merged": 2, …}``)."""
         if self.metrics is None:

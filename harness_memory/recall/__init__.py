@@ -2,8 +2,9 @@
 
 Pipeline: ``find_relevant_memories`` ranks with ``ranking.PlaceRanker`` — BM25 over each place's
 search index (``harness_memory/search``: name, description and the whole body, jieba-aware),
-fused with the semantic tier's vectors when an embeddings endpoint is configured
-(``semantic.py``) — and asks the light model (one line plus a body snippet per candidate) only
+fused with the semantic tier's similarities when an embeddings endpoint is configured
+(``semantic.py``, ``fusion.py``: calibrated, length-aware weights and a relevance floor) — and asks
+the light model (one line plus a body snippet per candidate) only
 when the ranking leaves a real choice and the model's measured latency fits the deadline →
 ``load_recalled_context`` (one GET per file, concurrent; per-file and total caps; a staleness note
 on memories older than a day) → ``SurfacedTracker`` (files already surfaced in a session are not

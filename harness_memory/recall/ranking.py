@@ -1,5 +1,6 @@
 """One ranker over a user's own and the shared memory: the places' search indexes (whole bodies),
-fused with the semantic tier's vector ranking when an embeddings endpoint is configured.
+fused with the semantic tier's similarities when an embeddings endpoint is configured
+(``recall/fusion.py``: calibrated, length-aware weights; a relevance floor).
 
 Why one module: recall and the agent's ``search_memories`` tool must agree on what "relevant"
 means, and both must cost the same few requests: each place's index is loaded through the pod
@@ -16,10 +17,11 @@ from ..memdir import Manifest, MemoryDir
 from ..search import Part, bm25
 from ..search import place as search_place
 from .context import SHARED_PREFIX
+from .fusion import FusionParams, below_floor, confident, fuse_scores
 from .lexical import ScoredFile
 
 log = logging.getLogger(__name__)
-RRF_K = 60  # reciprocal-rank fusion constant (the usual 60: ranks, not scores, are fused)
+LEXICAL_CANDIDATES = 100  # BM25 matches put on the fused scale (beyond them: no shared word counts as 0)
 
 
 @dataclass(slots=True)
@@ -35,12 +37,18 @@ class Places:
 
 
 class PlaceRanker:
-    """``select.Ranker`` over ``places``: BM25 on the search indexes (+ vectors, fused by RRF)."""
+    """``select.Ranker`` over ``places``: BM25 on the search indexes, fused with vectors when the
+    semantic tier is given (``fusion`` knobs; default ``FusionParams()``)."""
 
-    def __init__(self, places: Places, semantic: object | None = None) -> None:
+    def __init__(self, places: Places, semantic: object | None = None, fusion: FusionParams | None = None) -> None:
         self.places = places
         self.semantic = semantic  # recall.semantic.SemanticTier, when configured
+        if fusion is None and semantic is not None:
+            fusion = _params_of(semantic)
+        self.fusion = fusion or FusionParams()
         self.last_lexical: list[ScoredFile] = []
+        self.last_fused = False  # the last ranking was fused (its confidence rule is ``confident``)
+        self.last_floor = False  # the last query fell below the relevance floor (nothing recalled)
 
     def _parts(self, exclude: frozenset[str]) -> list[Part]:
         out: list[Part] = []
@@ -51,18 +59,64 @@ class PlaceRanker:
     def lexical(self, query: str, k: int, exclude: frozenset[str] = frozenset()) -> list[ScoredFile]:
         return [ScoredFile(f, s) for f, s in bm25(self._parts(exclude), query, k)]
 
+    def similarities(self, query: str, exclude: frozenset[str] = frozenset()) -> dict[str, float]:
+        """name -> best-chunk cosine (empty without a semantic tier or when it failed)."""
+        if self.semantic is None:
+            return {}
+        try:
+            return self.semantic.similarities(self.places, query, exclude)  # type: ignore[attr-defined, no-any-return]
+        except Exception as exc:  # the semantic tier is an extra: never fatal
+            log.warning("recall: semantic ranking failed (%s); lexical ranking only", exc)
+            return {}
+
+    def _small_talk(self, query: str) -> float:
+        try:
+            return float(self.semantic.small_talk(query))  # type: ignore[attr-defined]
+        except Exception as exc:  # an extra: never fatal
+            log.info("recall: small-talk check failed (%s)", exc)
+            return 0.0
+
+    def _words_cover(self, query: str, lexical: list[ScoredFile]) -> float:
+        """Share of the query's distinct words found in its best lexical match (0.0: none)."""
+        if not lexical:
+            return 0.0
+        from ..search.index import tokenize
+
+        words = set(tokenize(query))
+        if not words:
+            return 0.0
+        top = lexical[0].file
+        for memdir, manifest, prefix in self.places.items:
+            if top.startswith(prefix) and top[len(prefix):] in manifest.entries:
+                doc = search_place.load(memdir, manifest).docs.get(top[len(prefix):])
+                if doc is not None:
+                    return len(words & doc.terms.keys()) / len(words)
+        return 0.0
+
+    def lengths(self) -> dict[str, int]:
+        return {prefix + f: int(e.size) for _, manifest, prefix in self.places.items
+                for f, e in manifest.entries.items()}
+
     def __call__(self, query: str, k: int, exclude: frozenset[str] = frozenset()) -> list[ScoredFile]:
-        lexical = self.lexical(query, max(k, 30), exclude)
+        lexical = self.lexical(query, max(k, LEXICAL_CANDIDATES), exclude)
         self.last_lexical = lexical
-        vector: list[ScoredFile] = []
-        if self.semantic is not None:
-            try:
-                vector = self.semantic.rank(self.places, query, max(k, 30), exclude)  # type: ignore[attr-defined]
-            except Exception as exc:  # the semantic tier is an extra: never fatal
-                log.warning("recall: semantic ranking failed (%s); lexical ranking only", exc)
-        if not vector:
+        self.last_fused = self.last_floor = False
+        sims = self.similarities(query, exclude)
+        if not sims:
             return lexical[:k]
-        return fuse([lexical, vector], k)
+        baseline = float(getattr(self.semantic, "baseline", 0.0))
+        if below_floor(sims, self.fusion, self._small_talk(query), self._words_cover(query, lexical), baseline):
+            self.last_floor = True
+            return []
+        self.last_fused = True
+        return fuse_scores(lexical, sims, self.lengths(), self.fusion, k)
+
+    def confident(self, ranked: list[ScoredFile], max_files: int) -> bool | None:
+        """The fused ranking's own confidence rule (None: the last ranking was BM25 alone, whose
+        rule is ``select.skip_reason``'s)."""
+        if not self.last_fused:
+            return None
+        return confident(ranked, max_files, self.fusion.margin)
 
     def snippets(self) -> dict[str, str]:
         """file → the first words of its body (for the light model's candidate lines)."""
@@ -73,18 +127,12 @@ class PlaceRanker:
         return out
 
 
-def fuse(rankings: list[list[ScoredFile]], k: int) -> list[ScoredFile]:
-    """Reciprocal-rank fusion; the fused score is scaled so the best is 1.0 (``skip_reason`` reads
-    the lead of the first over the second on it)."""
-    scores: dict[str, float] = {}
-    for ranking in rankings:
-        for rank, item in enumerate(ranking):
-            scores[item.file] = scores.get(item.file, 0.0) + 1.0 / (RRF_K + rank + 1)
-    if not scores:
-        return []
-    top = max(scores.values())
-    ordered = sorted(scores.items(), key=lambda fs: (-fs[1], fs[0]))[:k]
-    return [ScoredFile(f, s / top) for f, s in ordered]
+def _params_of(semantic: object) -> FusionParams:
+    cfg = getattr(semantic, "config", None)
+    if cfg is None:
+        return FusionParams()
+    return FusionParams(weight_short=cfg.weight_short, weight_long=cfg.weight_long,
+                        min_similarity=cfg.min_similarity)
 
 
 def places_for(own: MemoryDir, own_manifest: Manifest, shared: MemoryDir | None,
@@ -93,4 +141,4 @@ def places_for(own: MemoryDir, own_manifest: Manifest, shared: MemoryDir | None,
     return Places().add(own, own_manifest).add(shared, shared_manifest, SHARED_PREFIX)
 
 
-__all__ = ["RRF_K", "PlaceRanker", "Places", "fuse", "places_for"]
+__all__ = ["LEXICAL_CANDIDATES", "PlaceRanker", "Places", "places_for"]

@@ -220,6 +220,10 @@ def find_relevant_memories(
         return [s.file for s in rank(max_files)]
     ranked = rank(max(max_candidates, max_files + 1))
     reason = skip_reason(ranked, max_files, confident_margin)
+    rule = getattr(ranker, "confident", None)  # a fused ranking brings its own rule (recall/fusion.py)
+    verdict = rule(ranked, max_files) if callable(rule) and confident_margin is not None else None
+    if verdict is not None:
+        reason = "confident" if verdict else None
     if reason is None and not TRACKER.can_meet(_model_key(model), "recall", timeout):
         reason = "slow"
         log.info("recall: the light model's measured latency (%.1f s) cannot meet the %.1f s deadline; "

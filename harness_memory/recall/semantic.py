@@ -1,41 +1,43 @@
 """The optional semantic tier: memories embedded through any OpenAI-compatible ``/v1/embeddings``,
-ranked by cosine similarity and fused with the lexical ranking (``ranking.fuse``, RRF).
+ranked by cosine similarity (best chunk per memory) and fused with the lexical ranking
+(``recall/fusion.py``: score-calibrated, length-aware weights).
 
 Why optional and off by default: words miss meaning ("my car" vs "the Corolla"), but an
 embeddings endpoint is one more service to run and pay for. Configured with
 ``HARNESS_MEMORY_EMBED_MODEL`` / ``_EMBED_BASE_URL`` / ``_EMBED_API_KEY`` (the ``embed`` section);
 without them ``semantic_tier`` is None, nothing changes and no call is made.
 
-Storage: one object per place, ``.search-vectors.bin`` — a JSON header (the model, one
-``[file, size, updated_at]`` row per vector: the manifest entry's version) and a float16 matrix
-(384 dimensions × 1,000 memories = 750 KB). Readers cache it per pod by manifest version (at most
-one GET per version) and use only rows whose version matches the manifest.
+Storage: one object per place, ``.search-vectors.bin`` (``recall/vectors.py``): every memory as
+chunk vectors with the manifest entry's version. Readers cache it per pod by manifest version
+(at most one GET per version) and use only rows whose version matches the manifest.
 
-Writes never wait for the endpoint: a commit (``search.place.after_commit``) tells the tier which
-place changed and a background worker embeds what the place's vectors lack (bounded per round),
-then merges them into the object under the place lock. A query that finds vectors missing
-schedules the same fill ("filled lazily") and ranks with what exists.
+Complete embedding: a commit (``search.place.after_commit``) tells the tier which place changed.
+One background worker per place runs rounds (``fill_round``: embed up to ``FILL_BATCH``
+memories the vectors lack, then merge); a commit that arrives while a round runs marks the place
+dirty and the worker runs again after it, so no save is folded into a round that had already
+read the list. A failed round is retried after ``RETRY_AFTER`` s (a few times) without waiting
+for the next save. Merges are O(changed) and done outside the place lock; the lock is held only
+to check that the stored object is still the one merged into (HEAD) and to PUT it.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import struct
 import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import MemoryFormatError
+from ..errors import MemoryFormatError, ObjectNotFound
 from ..layout import SEARCH_VECTORS_FILE
 from ..search import place as search_place
 from ..search.index import stamp_of
+from .embed_client import EmbedClient
 from .lexical import ScoredFile
+from .vectors import Vectors, chunk_texts
 
 if TYPE_CHECKING:
     from typing import Protocol
@@ -51,103 +53,57 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MAGIC = b"HMVECTORS1\n"
-EMBED_CHARS = 2000  # text embedded per memory: name, description and the head of the body
 FILL_BATCH = 64  # memories embedded per background round
 QUERY_CACHE = 512
 RETRY_AFTER = 30.0  # seconds the endpoint is left alone after a failure
-
-
-@dataclass(frozen=True, slots=True)
-class Vectors:
-    """The embedded memories of one place (rows L2-normalised, float32 in memory)."""
-
-    model: str
-    rows: dict[str, tuple[int, float]]  # file -> stamp
-    files: list[str]
-    matrix: np.ndarray
-
-    @classmethod
-    def empty(cls, model: str) -> Vectors:
-        return cls(model, {}, [], np.zeros((0, 0), dtype=np.float32))
-
-    def to_bytes(self) -> bytes:
-        header = json.dumps({"model": self.model, "docs": [[f, *self.rows[f]] for f in self.files]},
-                            ensure_ascii=False).encode("utf-8")
-        dim = int(self.matrix.shape[1]) if self.matrix.size else 0
-        return (MAGIC + struct.pack("<II", len(header), dim) + header
-                + self.matrix.astype("<f2").tobytes())
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> Vectors:
-        if not data.startswith(MAGIC):
-            raise ValueError("not a vectors object")
-        n_header, dim = struct.unpack_from("<II", data, len(MAGIC))
-        pos = len(MAGIC) + 8
-        header = json.loads(data[pos: pos + n_header].decode("utf-8"))
-        docs = header["docs"]
-        matrix = np.frombuffer(data, dtype="<f2", count=len(docs) * dim, offset=pos + n_header)
-        matrix = matrix.reshape(len(docs), dim).astype(np.float32) if dim else np.zeros((0, 0), np.float32)
-        return cls(header["model"], {d[0]: (int(d[1]), float(d[2])) for d in docs}, [d[0] for d in docs], matrix)
-
-    def merged(self, new: dict[str, tuple[tuple[int, float], np.ndarray]], keep: set[str]) -> Vectors:
-        """These rows (only files in ``keep``) with ``new`` put in."""
-        files = [f for f in self.files if f in keep and f not in new]
-        rows = [self.matrix[self.files.index(f)] for f in files] if files else []
-        stamps = {f: self.rows[f] for f in files}
-        for f, (stamp, vec) in new.items():
-            files.append(f)
-            rows.append(vec)
-            stamps[f] = stamp
-        matrix = np.vstack(rows).astype(np.float32) if rows else np.zeros((0, 0), np.float32)
-        return Vectors(self.model, stamps, files, matrix)
-
-
-def _normalise(matrix: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    return matrix / np.maximum(norms, 1e-12)
+RETRIES = 4  # background retries of a failed fill (RETRY_AFTER, x2, x4 ...) before waiting for the next save
+MERGE_ATTEMPTS = 3  # optimistic merges before merging under the lock
+CALIBRATION = "\0calibration"  # the pending-work key of the one-off calibration request
 
 
 def embed_text(name: str, description: str, body: str) -> str:
-    return f"{name}. {description}\n{body}"[:EMBED_CHARS]
+    """The first chunk of a memory (what a one-vector embedding of it would be)."""
+    return chunk_texts(name, description, body, max_chunks=1)[0]
 
 
 class SemanticTier:
     """Embeddings client, per-pod vector cache and the background filler of one ``MemoryServices``."""
 
     def __init__(self, config: EmbedConfig) -> None:
-        from openai import OpenAI
-
         assert config.model and config.base_url
         self.config = config
         self.model = config.model
-        key = config.api_key.get_secret_value() if config.api_key else "none"
-        self._client = OpenAI(base_url=config.base_url, api_key=key, timeout=config.timeout, max_retries=0)
+        self.client = EmbedClient(config)
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="hm-embed")
         self._pending: dict[str, Future[None]] = {}
-        self._cache: OrderedDict[tuple[int, str], tuple[float, Vectors]] = OrderedDict()
+        self._running: set[str] = set()
+        self._dirty: set[str] = set()
+        self._cache: OrderedDict[tuple[int, str], tuple[float, Vectors, str | None]] = OrderedDict()
         self._queries: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
-        self._closed = False
+        self._closed = threading.Event()
         self._down_until = 0.0
-        self.calls = 0  # requests made to the endpoint (benchmarks and tests read it)
+        self._anchors: np.ndarray | None = None  # the small-talk phrases' vectors (``smalltalk.py``)
+        self.blind_cjk = False  # the model puts unrelated Chinese sentences together (``knows``)
+        self.baseline = 0.0  # the model's cosine of unrelated sentences (``smalltalk.BASE_PROBES``)
+        self.embedded = 0  # memories embedded by this pod (metrics)
+        self.telemetry: Any = None  # an ``observe.Telemetry`` when the owner gives one (metrics)
+        self._missing: dict[str, int] = {}  # place prefix -> memories lacking vectors at its last round
+        self.failures = 0  # background rounds that failed
+
+    @property
+    def calls(self) -> int:
+        """Requests made to the endpoint (benchmarks and tests read it)."""
+        return self.client.calls
 
     # -- the endpoint ---------------------------------------------------------------------------
     def embed(self, texts: list[str]) -> np.ndarray:
-        """Normalised vectors of ``texts`` (batched ``config.batch_size`` per request). A failure
-        marks the endpoint down for ``RETRY_AFTER`` s: queries then rank by words without waiting
-        on it, and background rounds are not started."""
-        out: list[list[float]] = []
+        """Normalised vectors of memory texts (adaptive batches, the batch deadline)."""
         try:
-            for start in range(0, len(texts), self.config.batch_size):
-                batch = [t or " " for t in texts[start: start + self.config.batch_size]]
-                self.calls += 1
-                response = self._client.embeddings.create(model=self.model, input=batch)
-                out.extend(d.embedding for d in sorted(response.data, key=lambda d: d.index))
+            return self.client.documents(texts)
         except Exception:
             self._down_until = time.monotonic() + RETRY_AFTER
             raise
-        return _normalise(np.asarray(out, dtype=np.float32))
 
     @property
     def down(self) -> bool:
@@ -159,7 +115,11 @@ class SemanticTier:
             hit = self._queries.get(query)
         if hit is not None:
             return hit
-        vec = self.embed([query])[0]
+        try:
+            vec = self.client.query(query)
+        except Exception:
+            self._down_until = time.monotonic() + RETRY_AFTER
+            raise
         with self._lock:
             self._queries[query] = vec
             while len(self._queries) > QUERY_CACHE:
@@ -170,16 +130,23 @@ class SemanticTier:
     def _key(self, memdir: MemoryDir) -> tuple[int, str]:
         return id(memdir.store), memdir.place.prefix
 
-    def _read(self, memdir: MemoryDir) -> Vectors:
+    def _read(self, memdir: MemoryDir) -> tuple[Vectors, str | None]:
+        """The stored vectors and their etag (None: no object)."""
         obj = memdir.store.get_or_none(memdir.place.reserved_key(SEARCH_VECTORS_FILE))
         if obj is None:
-            return Vectors.empty(self.model)
+            return Vectors.empty(self.model), None
         try:
             vectors = Vectors.from_bytes(obj.data)
-        except (ValueError, KeyError, IndexError) as exc:
-            log.warning("vectors of %s unreadable (%s); they are embedded again", memdir.place.label, exc)
-            return Vectors.empty(self.model)
-        return vectors if vectors.model == self.model else Vectors.empty(self.model)  # another model: redo
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            log.info("vectors of %s not of this format (%s); they are embedded again", memdir.place.label, exc)
+            return Vectors.empty(self.model), obj.etag
+        return (vectors if vectors.model == self.model else Vectors.empty(self.model)), obj.etag  # another model
+
+    def _stored_etag(self, memdir: MemoryDir) -> str | None:
+        try:
+            return memdir.store.head(memdir.place.reserved_key(SEARCH_VECTORS_FILE)).etag
+        except ObjectNotFound:
+            return None
 
     def load(self, memdir: MemoryDir, manifest: Manifest) -> Vectors:
         """The place's vectors (cached per pod; at most one GET per manifest version)."""
@@ -188,98 +155,239 @@ class SemanticTier:
             hit = self._cache.get(key)
         if hit is not None and (hit[0] == manifest.updated_at or _covers(hit[1], manifest)):
             return hit[1]
-        vectors = self._read(memdir)
-        self._remember(memdir, vectors, manifest.updated_at)
+        vectors, etag = self._read(memdir)
+        self._remember(memdir, vectors, manifest.updated_at, etag)
         return vectors
 
-    def _remember(self, memdir: MemoryDir, vectors: Vectors, version: float) -> None:
+    def _remember(self, memdir: MemoryDir, vectors: Vectors, version: float, etag: str | None) -> None:
         with self._lock:
-            self._cache[self._key(memdir)] = (version, vectors)
+            self._cache[self._key(memdir)] = (version, vectors, etag)
+            self._cache.move_to_end(self._key(memdir))
             while len(self._cache) > search_place.CACHE_PLACES:
                 self._cache.popitem(last=False)
 
+    def coverage(self, memdir: MemoryDir, manifest: Manifest | None = None) -> tuple[int, int]:
+        """(memories with current vectors, memories) of the place, as stored."""
+        manifest = manifest if manifest is not None else memdir.manifest()
+        vectors = self.load(memdir, manifest)
+        done = sum(1 for f, e in manifest.entries.items() if vectors.stamp(f) == stamp_of(e))
+        return done, len(manifest.entries)
+
     # -- ranking ----------------------------------------------------------------------------------
-    def rank(self, places: Places, query: str, k: int, exclude: frozenset[str] = frozenset()) -> list[ScoredFile]:
-        """The ``k`` memories nearest to ``query`` over ``places`` (names with the places' prefixes)."""
-        scored: list[ScoredFile] = []
+    def similarities(self, places: Places, query: str, exclude: frozenset[str] = frozenset()
+                     ) -> dict[str, float]:
+        """name -> best-chunk cosine with ``query`` for every memory with current vectors (names
+        with the places' prefixes). Empty when the endpoint is down or nothing is embedded."""
+        if self.down or not self.knows(query):
+            return {}
+        out: dict[str, float] = {}
         qvec: np.ndarray | None = None
-        if self.down:
-            return []
         for memdir, manifest, prefix in places.items:
             vectors = self.load(memdir, manifest)
             if not _covers(vectors, manifest):
                 self.schedule_fill(memdir)
-            if not vectors.files:
+            if not len(vectors):
                 continue
             if qvec is None:
                 qvec = self._query_vector(query)
-            sims = vectors.matrix @ qvec
-            for i, file in enumerate(vectors.files):
-                entry = manifest.entries.get(file)
-                if entry is None or vectors.rows[file] != stamp_of(entry) or prefix + file in exclude:
+            best = vectors.best(qvec)
+            for file, entry in manifest.entries.items():
+                slot = vectors.position.get(file)
+                if slot is None or vectors.stamps[slot] != stamp_of(entry) or prefix + file in exclude:
                     continue
-                scored.append(ScoredFile(prefix + file, float(sims[i])))
-        scored.sort(key=lambda s: (-s.score, s.file))
+                out[prefix + file] = float(best[slot])
+        return out
+
+    def _calibrate(self) -> bool:
+        """True once the small-talk phrases and the language probes are embedded. The first call
+        schedules that (one request) in the background and answers False: a query never waits
+        on it (the floor then uses ``min_similarity`` only, the tier is used for every language)."""
+        if self._anchors is not None:
+            return True
+        with self._lock:
+            if not self._closed.is_set() and CALIBRATION not in self._pending:
+                self._pending[CALIBRATION] = self._pool.submit(self._do_calibrate)
+        return False
+
+    def _do_calibrate(self) -> None:
+        from .smalltalk import BASE_PROBES, BLIND_SIMILARITY, CJK_PROBES, PHRASES
+
+        try:
+            vectors = self.client.documents([*PHRASES, *CJK_PROBES, *BASE_PROBES])
+        except Exception as exc:
+            log.info("calibration phrases not embedded (%s); the relevance floor uses min_similarity only", exc)
+            with self._lock:
+                self._pending.pop(CALIBRATION, None)  # the next query schedules it again
+            return
+
+        def mean_off_diagonal(rows: np.ndarray) -> float:
+            pairs = rows @ rows.T
+            return float(pairs[~np.eye(len(rows), dtype=bool)].mean())
+
+        n = len(PHRASES)
+        cjk = mean_off_diagonal(vectors[n: n + len(CJK_PROBES)])
+        self.baseline = mean_off_diagonal(vectors[n + len(CJK_PROBES):])
+        self.blind_cjk = cjk - self.baseline >= BLIND_SIMILARITY
+        if self.blind_cjk:
+            log.info("embeddings model %s does not tell Chinese sentences apart (unrelated ones at cosine %.2f, "
+                     "English ones at %.2f): queries in Chinese are ranked by words", self.model, cjk, self.baseline)
+        self._anchors = vectors[:n]
+
+    def small_talk(self, query: str) -> float:
+        """The query's cosine with the nearest pleasantry (``smalltalk.PHRASES``; 0.0 when they
+        cannot be embedded)."""
+        if not self._calibrate() or self._anchors is None:
+            return 0.0
+        return float((self._anchors @ self._query_vector(query)).max())
+
+    def knows(self, query: str) -> bool:
+        """The model tells sentences of the query's script apart (``smalltalk.CJK_PROBES``)."""
+        from .smalltalk import mostly_cjk
+
+        return not (mostly_cjk(query) and self._calibrate() and self.blind_cjk)
+
+    def rank(self, places: Places, query: str, k: int, exclude: frozenset[str] = frozenset()) -> list[ScoredFile]:
+        """The ``k`` memories nearest to ``query`` over ``places`` (names with the places' prefixes)."""
+        sims = self.similarities(places, query, exclude)
+        scored = sorted((ScoredFile(f, s) for f, s in sims.items()), key=lambda s: (-s.score, s.file))
         return scored[:k]
 
     # -- filling ----------------------------------------------------------------------------------
     def schedule_fill(self, memdir: MemoryDir) -> Future[None] | None:
-        """Embed what the place lacks, in the background (one pending round per place)."""
+        """Embed what the place lacks, in the background. One worker per place: a call while it
+        runs marks the place dirty, and the worker runs another round after the current one."""
+        prefix = memdir.place.prefix
         with self._lock:
-            if self._closed or self.down:
+            if self._closed.is_set():
                 return None
-            pending = self._pending.get(memdir.place.prefix)
-            if pending is not None and not pending.done():
-                return pending
-            future = self._pool.submit(self._fill_quietly, memdir)
-            self._pending[memdir.place.prefix] = future
+            if prefix in self._running:
+                self._dirty.add(prefix)
+                return self._pending.get(prefix)
+            if self.down:
+                return None
+            self._running.add(prefix)
+            self._dirty.discard(prefix)
+            future = self._pool.submit(self._fill_worker, memdir)
+            self._pending[prefix] = future
             return future
 
-    def _fill_quietly(self, memdir: MemoryDir) -> None:
+    def _fill_worker(self, memdir: MemoryDir) -> None:
+        prefix = memdir.place.prefix
+        failures = 0
         try:
-            while self.fill_round(memdir) and not self._closed:
-                pass
-        except Exception as exc:  # the endpoint or the store failed: the next write or query retries
-            log.warning("embedding memories of %s failed (%s); recall ranks them by words meanwhile",
-                        memdir.place.label, exc)
+            while not self._closed.is_set():
+                with self._lock:
+                    self._dirty.discard(prefix)
+                try:
+                    while self.fill_round(memdir) and not self._closed.is_set():
+                        pass
+                    failures = 0
+                except Exception as exc:  # the endpoint or the store failed: retried below
+                    failures += 1
+                    self.failures += 1
+                    if self.telemetry is not None:
+                        self.telemetry.embeddings("failed")
+                    log.warning("embedding memories of %s failed (%s: %s); recall ranks them by words meanwhile%s",
+                                memdir.place.label, type(exc).__name__, exc,
+                                "" if failures > RETRIES else f"; retry in {RETRY_AFTER * 2 ** (failures - 1):.0f} s")
+                    if failures > RETRIES or self._closed.wait(RETRY_AFTER * 2 ** (failures - 1)):
+                        return
+                    continue
+                with self._lock:
+                    if prefix not in self._dirty:
+                        return
+        finally:
+            with self._lock:
+                self._running.discard(prefix)
 
     def fill(self, memdir: MemoryDir) -> None:
         """Embed everything the place lacks now (benchmarks, ``reindex``-like tools)."""
         while self.fill_round(memdir):
             pass
 
-    def fill_round(self, memdir: MemoryDir) -> bool:
-        """Embed up to ``FILL_BATCH`` missing memories; True when more may remain."""
+    def _texts(self, memdir: MemoryDir, entries: list[Any]) -> dict[str, list[str]]:
+        """file -> its chunk texts (read concurrently when the place has an executor)."""
         from ..memdir.model import parse_memory
 
-        manifest = memdir.manifest()
-        vectors = self.load(memdir, manifest)
-        todo = [e for f, e in manifest.entries.items() if vectors.rows.get(f) != stamp_of(e)][:FILL_BATCH]
-        stale = [f for f in vectors.files if f not in manifest.entries]
-        if not todo and not stale:
-            return False
-        texts: dict[str, str] = {}
-        for entry in todo:
+        cfg = self.config
+
+        def one(entry: Any) -> tuple[str, list[str]] | None:
             obj = memdir.store.get_or_none(memdir.place.key(entry.file))
             if obj is None:
-                continue
+                return None
             try:
                 memory = parse_memory(obj.data.decode("utf-8", "replace"))
-                texts[entry.file] = embed_text(memory.name, memory.description, memory.body)
+                return entry.file, chunk_texts(memory.name, memory.description, memory.body,
+                                               cfg.chunk_tokens, cfg.max_chunks)
             except MemoryFormatError:
-                texts[entry.file] = embed_text(entry.name, entry.description, "")
-        files = list(texts)
-        matrix = self.embed([texts[f] for f in files]) if files else np.zeros((0, 0), np.float32)
-        new = {f: (stamp_of(manifest.entries[f]), matrix[i]) for i, f in enumerate(files)}
-        with memdir.locker.hold(memdir.place.lock_name()):  # merge with what another pod may have stored
-            current = memdir.manifest()
-            keep = {f for f, e in current.entries.items()}
-            new = {f: v for f, v in new.items() if f in current.entries and stamp_of(current.entries[f]) == v[0]}
-            merged = self._read(memdir).merged(new, keep)
-            memdir.store.put(memdir.place.reserved_key(SEARCH_VECTORS_FILE), merged.to_bytes(),
-                             content_type="application/octet-stream")
-        self._remember(memdir, merged, current.updated_at)
+                return entry.file, chunk_texts(entry.name, entry.description, "", cfg.chunk_tokens, 1)
+
+        pool = memdir.executor
+        found = list(pool.map(one, entries)) if pool is not None and len(entries) > 1 else [one(e) for e in entries]
+        return dict(f for f in found if f is not None)
+
+    def fill_round(self, memdir: MemoryDir) -> bool:
+        """Embed up to ``FILL_BATCH`` memories the place's vectors lack and merge them in; True when
+        more may remain."""
+        manifest = memdir.manifest()
+        vectors = self.load(memdir, manifest)
+        lacking = [e for f, e in manifest.entries.items() if vectors.stamp(f) != stamp_of(e)]
+        todo = lacking[:FILL_BATCH]
+        stale = [f for f in vectors.position if f not in manifest.entries]
+        self._report(memdir, 0, len(lacking))
+        if not todo and not stale:
+            return False
+        texts = self._texts(memdir, todo)
+        flat = [t for chunks in texts.values() for t in chunks]
+        splits = self.client.splits
+        matrix = self.embed(flat) if flat else np.zeros((0, 0), np.float32)
+        if self.client.splits > splits and self.telemetry is not None:
+            self.telemetry.embeddings("split", self.client.splits - splits)
+        new: dict[str, tuple[tuple[int, float], np.ndarray]] = {}
+        row = 0
+        for file, chunks in texts.items():
+            new[file] = (stamp_of(manifest.entries[file]), matrix[row: row + len(chunks)])
+            row += len(chunks)
+        self._merge(memdir, new, stale, manifest.updated_at)
+        with self._lock:
+            self.embedded += len(new)
+        self._report(memdir, len(new), len(lacking) - len(new))
         return len(todo) == FILL_BATCH
+
+    def _report(self, memdir: MemoryDir, embedded: int, lacking: int, outcome: str = "embedded") -> None:
+        with self._lock:
+            self._missing[memdir.place.prefix] = lacking
+            missing = sum(self._missing.values())
+        if self.telemetry is not None:
+            self.telemetry.embeddings(outcome, embedded, missing)
+
+    def _merge(self, memdir: MemoryDir, new: dict[str, tuple[tuple[int, float], np.ndarray]],
+               stale: list[str], version: float) -> None:
+        """Merge ``new`` into the stored vectors. The merge runs outside the place lock, on the
+        pod's copy when the stored object is still the one it holds (HEAD) — else on a fresh read;
+        under the lock only the etag is checked again and the object PUT. After
+        ``MERGE_ATTEMPTS`` lost races the read and merge happen under the lock."""
+        key = memdir.place.reserved_key(SEARCH_VECTORS_FILE)
+        for attempt in range(MERGE_ATTEMPTS + 1):
+            under_lock = attempt == MERGE_ATTEMPTS
+            with self._lock:
+                hit = self._cache.get(self._key(memdir))
+            etag = self._stored_etag(memdir) if not under_lock else None
+            if hit is not None and hit[2] is not None and hit[2] == etag:
+                base = hit[1]
+            elif not under_lock:
+                base, etag = self._read(memdir)
+            merged = None if under_lock else base.merged(new, stale)
+            with memdir.locker.hold(memdir.place.lock_name()):
+                if under_lock:
+                    base, etag = self._read(memdir)
+                    merged = base.merged(new, stale)
+                elif self._stored_etag(memdir) != etag:
+                    continue  # another pod stored vectors meanwhile: merge into theirs
+                assert merged is not None
+                new_etag = memdir.store.put(key, merged.to_bytes(), content_type="application/octet-stream")
+            self._remember(memdir, merged, version, new_etag)
+            return
 
     def after_commit(self, memdir: MemoryDir) -> None:
         """A commit changed memory files of ``memdir``: embed them in the background."""
@@ -287,24 +395,29 @@ class SemanticTier:
 
     def wait_idle(self, timeout: float = 30.0) -> None:
         """Wait for the background rounds started so far (tests, benchmarks, close)."""
-        with self._lock:
-            pending = list(self._pending.values())
-        for future in pending:
-            try:
-                future.result(timeout=timeout)
-            except Exception as exc:  # _fill_quietly logs; a timeout here just stops waiting
-                log.debug("waiting for embeddings: %s", exc)
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                pending = [f for f in self._pending.values() if not f.done()]
+            if not pending:
+                return
+            for future in pending:
+                try:
+                    future.result(timeout=max(0.0, deadline - time.monotonic()))
+                except Exception as exc:  # the worker logs; a timeout here just stops waiting
+                    log.debug("waiting for embeddings: %s", exc)
+                    return
 
     def close(self) -> None:
         with self._lock:
-            self._closed = True
+            self._closed.set()
         self._pool.shutdown(wait=True, cancel_futures=True)
-        self._client.close()
+        self.client.close()
 
 
 def _covers(vectors: Vectors, manifest: Manifest) -> bool:
-    rows = vectors.rows
-    return all(rows.get(f) == stamp_of(e) for f, e in manifest.entries.items())
+    return len(vectors) >= len(manifest.entries) and all(
+        vectors.stamp(f) == stamp_of(e) for f, e in manifest.entries.items())
 
 
 def semantic_tier(services: HasSemanticTier) -> SemanticTier | None:
@@ -313,4 +426,4 @@ def semantic_tier(services: HasSemanticTier) -> SemanticTier | None:
     return tier
 
 
-__all__ = ["EMBED_CHARS", "FILL_BATCH", "SemanticTier", "Vectors", "embed_text", "semantic_tier"]
+__all__ = ["FILL_BATCH", "SemanticTier", "Vectors", "embed_text", "semantic_tier"]

@@ -39,6 +39,7 @@ from .csrf import CrossSiteGuard
 from .deps import ServerContext
 from .errors import ApiError, MemoryRoute, error_body, install_error_handlers
 from .front_door import add_front_door
+from .routes.embeddings import add_place_embedding_routes
 from .routes.facts import add_facts_routes
 from .routes.fields import add_field_routes
 from .routes.files import add_place_routes
@@ -82,6 +83,7 @@ def add_routes(router: APIRouter, ctx: ServerContext) -> None:
         add_field_routes(router, path, resolve, tag)
         add_place_transfer_routes(router, path, resolve, tag, ctx)
         add_safety_routes(router, path, resolve, tag)
+        add_place_embedding_routes(router, path, resolve, tag, ctx)
     add_user_routes(router, ctx)
     add_facts_routes(router, ctx)
     add_session_routes(router, ctx)
