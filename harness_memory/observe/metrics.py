@@ -136,6 +136,10 @@ class Metrics:
         self.llm_tokens = counter("llm_tokens", "Light-model tokens by purpose and kind (prompt, completion).",
                                   ("purpose", "kind"))
         self.llm_seconds = histogram("llm_call_seconds", "Light-model call latency.", ("purpose",), SLOW_BUCKETS)
+        self.warm_cache = counter("warm_cache", "Warm views a build served (hit) or read from the store (miss), "
+                                  "by cache (manifest, body); memdir/versions.py.", ("cache", "outcome"))
+        self.version_round_trips = counter("version_round_trips", "Redis round trips reading or announcing "
+                                           "place versions (memdir/versions.py).")
         self.builds = counter("agent_builds", "Agents wired with memory (build_agent / inject_memory_tools).",
                               ("outcome",))
         self.build_seconds = histogram("agent_build_seconds", "Time to wire memory into an agent.", (),
