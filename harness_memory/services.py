@@ -175,7 +175,7 @@ class MemoryServices:
         version board (announces the commit's head in Redis) when Redis is configured."""
         embed, search = self._embed_on_commit, self._search_listener
         out: tuple[CommitListener, ...] = (search,) if embed is None or self._closed else (search, embed)
-        return out if self.versions is None else (*out, self.versions)
+        return out if self.versions is None else (*out, self.warm)
 
     def user_agent_dir(self, user_id: str, agent_type: str = "default") -> MemoryDir:
         return self.memdir(Place.user_agent(user_id, agent_type, self.key_prefix))

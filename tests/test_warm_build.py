@@ -100,6 +100,33 @@ def test_warm_build_sends_no_store_request_and_a_change_costs_at_most_three(
     assert sent == [] and "python tip CHANGED" in again
 
 
+@pytest.mark.parametrize("topology", ["cluster"])
+def test_warm_build_on_redis_cluster(make_config: Callable[..., MemoryConfig],
+                                     pods: Callable[[MemoryConfig], Pod], topology: str) -> None:
+    """The places' version keys lie in different slots: the build still reads them in one go."""
+    cfg = full(make_config, redis=topology)
+    a, b = pods(cfg), pods(cfg)
+    seed(a[0])
+    build(b)
+    _, sent = build(b)
+    assert sent == []
+    a[0].user_agent_dir("u1").save("note_0.md", note(0, "python tip on the cluster"))
+    context, sent = build(b)
+    assert "python tip on the cluster" in context and 1 <= len(sent) <= 3
+
+
+def test_the_pod_that_saved_builds_without_reading_its_head(
+        make_config: Callable[..., MemoryConfig], pods: Callable[[MemoryConfig], Pod]) -> None:
+    cfg = full(make_config)
+    a = pods(cfg)
+    seed(a[0])
+    build(a)
+    a[0].user_agent_dir("u1").save("note_new.md", note(99, "python tip freshly saved"))
+    context, sent = build(a)
+    assert "python tip freshly saved" in context
+    assert not any(key.endswith(".manifest.json") for _, key in sent), sent
+
+
 def test_interleaved_saves_and_builds_across_a_redis_restart_never_read_stale(
         make_config: Callable[..., MemoryConfig], pods: Callable[[MemoryConfig], Pod], tmp_path: Path) -> None:
     server = RedisServer(base_dir=tmp_path / "redis").start()

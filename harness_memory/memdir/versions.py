@@ -21,6 +21,9 @@ is on every turn's path already and answers in well under a millisecond. So:
   at the latest ``trust_seconds`` (default 30 s) after they last read the head; a reader never
   serves a version older than the one Redis announces (a different etag is always a store read).
   Without Redis, or when Redis does not answer, every build reads the store as before.
+- **Own commits.** ``WarmViews`` is the listener the root registers: it announces through the
+  board and keeps the committed manifest as the pod's view (the pod that saved reads nothing to
+  build next).
 - **Bodies.** Recalled file bodies are cached by (place, file, the entry's ``updated_at`` and
   ``size`` in the manifest being served): a new version of a file has a new entry, so a body is
   never older than the manifest it is served with. A body is cached only when its byte size equals
@@ -32,7 +35,6 @@ Both caches are bounded in bytes (one LRU budget) and count hits and misses
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import sys
 import threading
@@ -42,6 +44,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .heads import private_copy
 from .index import Manifest
 from .model import MemoryFile
 from .port import PlaceDir
@@ -88,7 +91,10 @@ class VersionBoard:
             return {}
         try:
             self._round_trip()
-            values = self.redis.mget([self.key(p) for p in place_prefixes])
+            # Redis Cluster: the places' keys lie in different slots; the cluster client splits
+            # them by node (one round trip per node, sent together).
+            mget = getattr(self.redis, "mget_nonatomic", None) or self.redis.mget
+            values = mget([self.key(p) for p in place_prefixes])
         except Exception as exc:
             log.info("place versions unavailable (%s: %s); reading the store", type(exc).__name__, exc)
             return None
@@ -167,13 +173,13 @@ class WarmViews:
                    and now - held.confirmed < self.trust_seconds)
             if held is not None and hit:
                 self._views.move_to_end(prefix)
-        if held is not None and hit:
+        if held is not None and hit:  # a copy: callers may change it (a snapshot seeding a place)
             self._count("manifest", "hit")
-            return _copy(held.manifest), (None if held.etag == ABSENT else held.etag)
+            return private_copy(held.manifest), (None if held.etag == ABSENT else held.etag)
         self._count("manifest", "miss")
         manifest, etag = memdir.load_manifest()
         version = etag or ABSENT
-        self._keep_view(prefix, _View(version, _copy(manifest), now, _manifest_bytes(manifest)))
+        self._keep_view(prefix, _View(version, private_copy(manifest), now, _manifest_bytes(manifest)))
         if answered and announced is None and self.board is not None:
             self.board.publish(prefix, version, only_if_absent=True)  # a lost key: announce again
         return manifest, etag
@@ -194,6 +200,22 @@ class WarmViews:
         if result is not None and len(result.text.encode("utf-8")) == size:
             self._keep_body(key, result)
         return result
+
+    # -- CommitListener: this pod's own commits ---------------------------------------------------
+    def committed(self, memdir: PlaceDir, manifest: Manifest, written: Mapping[str, MemoryFile],
+                  removed: Sequence[str], cleared: bool, since: float | None) -> None:
+        """Announce the commit (``VersionBoard``) and keep its manifest as this pod's view: the
+        pod that saved needs no read to build next (its head is the one it just wrote)."""
+        if self.board is None or not manifest.head_etag:
+            return
+        self.board.committed(memdir, manifest, written, removed, cleared, since)
+        self._keep_view(memdir.place.prefix, _View(manifest.head_etag, private_copy(manifest), self._clock(),
+                                                   _manifest_bytes(manifest)))
+
+    def rebuilt(self, memdir: PlaceDir, manifest: Manifest, memories: Mapping[str, MemoryFile]) -> None:
+        if self.board is not None:
+            self.board.rebuilt(memdir, manifest, memories)
+        self.forget(memdir.place.prefix)
 
     def forget(self, place_prefix: str) -> None:
         with self._lock:
@@ -233,12 +255,6 @@ class WarmViews:
         while self._bytes > self.max_bytes and len(self._views) > 1:
             _, view = self._views.popitem(last=False)
             self._bytes -= view.size
-
-
-def _copy(manifest: Manifest) -> Manifest:
-    """Callers may change what they are given in place (a snapshot seeding an empty place): the
-    cache keeps and hands out copies of the entry tables (entries are replaced, never changed)."""
-    return dataclasses.replace(manifest, entries=dict(manifest.entries), delta=dict(manifest.delta))
 
 
 def _manifest_bytes(manifest: Manifest) -> int:
