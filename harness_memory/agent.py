@@ -137,8 +137,9 @@ def _wire_parts(agent: Agent, services: MemoryServices, user_id: str, agent_type
     shared = services.shared_agent_dir(agent_type)
     # One Redis round trip for the versions of the places this build reads (``memdir/versions.py``):
     # while they hold, the pod's cached manifests and recalled bodies serve without a store read.
-    dirs = [own, services.user_auto_dir(user_id)] if cfg.auto.enabled else [own]
+    dirs = [own, shared, *([services.user_auto_dir(user_id)] if cfg.auto.enabled else [])]
     versions = services.warm.versions(dirs)
+    services.shared_views.check(shared, versions)  # the shared view: never older than announced
 
     def read_manifest(memdir: MemoryDir) -> tuple[Manifest, str | None]:
         return services.warm.load_manifest(memdir, versions)

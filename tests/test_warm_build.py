@@ -115,6 +115,23 @@ def test_warm_build_on_redis_cluster(make_config: Callable[..., MemoryConfig],
     assert "python tip on the cluster" in context and 1 <= len(sent) <= 3
 
 
+def test_a_shared_memory_saved_on_one_pod_shows_in_the_next_build_on_another(
+        make_config: Callable[..., MemoryConfig], pods: Callable[[MemoryConfig], Pod]) -> None:
+    """The shared place's view is cached per pod for 30 s; an announced newer version drops it."""
+    cfg = full(make_config)
+    a, b = pods(cfg), pods(cfg)
+    seed(a[0])
+    a[0].shared_agent_dir().save("team.md", note(50, "team python convention v1"))
+    first, _ = build(b)
+    assert "team python convention v1" in first
+    a[0].shared_agent_dir().save("team.md", note(50, "team python convention v2"))
+    context, sent = build(b)
+    assert "team python convention v2" in context and "convention v1" not in context
+    assert len(sent) <= 3, sent
+    _, sent = build(b)
+    assert sent == []
+
+
 def test_the_pod_that_saved_builds_without_reading_its_head(
         make_config: Callable[..., MemoryConfig], pods: Callable[[MemoryConfig], Pod]) -> None:
     cfg = full(make_config)
