@@ -143,8 +143,8 @@ class MemoryServices:
                                  retry_after=config.redis.retry_after_seconds, telemetry=telemetry,
                                  block=min(0.2, config.redis.socket_timeout / 2))
         work = ThreadPoolExecutor(max_workers=WORK_THREADS, thread_name_prefix="hm-work")
-        board = (VersionBoard(client, config.redis.key_prefix, on_round_trip=telemetry.version_round_trip)
-                 if client is not None else None)
+        board = (VersionBoard(client, config.redis.key_prefix, retry_after=config.redis.retry_after_seconds,
+                              on_round_trip=telemetry.version_round_trip) if client is not None else None)
         warm = WarmViews(board, count=telemetry.warm_cache)
         services = cls(config=config, store=store, redis=client, locker=locker, io=io, work=work,
                        telemetry=telemetry, leases=leases, versions=board, warm=warm)

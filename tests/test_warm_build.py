@@ -151,7 +151,7 @@ def test_interleaved_saves_and_builds_across_a_redis_restart_never_read_stale(
         cfg = make_config("cos", redis=False, recall={"enabled": True, "use_model": False, "max_files": 3},
                           session={"enabled": True}, auto={"enabled": True})
         cfg = cfg.model_copy(update={"redis": cfg.redis.model_copy(update={
-            "url": server.url, "socket_timeout": 0.5, "retry_after_seconds": 0.5})})
+            "url": server.url, "socket_timeout": 0.5, "retry_after_seconds": 0.0})})
         a, b = pods(cfg), pods(cfg)
         seed(a[0])
         build(b)
@@ -280,6 +280,22 @@ def test_redis_down_trusts_nothing_and_absent_places_are_announced() -> None:
     redis.up = False
     views.load_manifest(empty, views.versions([empty]))  # type: ignore[arg-type,list-item]
     assert empty.loads == 2  # no answer from Redis: the store is read
+
+
+def test_after_a_redis_failure_the_board_leaves_redis_alone_for_retry_after() -> None:
+    redis = _Redis()
+    now = [0.0]
+    board = VersionBoard(redis, "t:", retry_after=5.0, clock=lambda: now[0])
+    calls: list[int] = []
+    board._round_trip = lambda: calls.append(1)
+    redis.up = False
+    assert board.read(["p/"]) is None and len(calls) == 1
+    redis.up = True
+    assert board.read(["p/"]) is None and len(calls) == 1  # not asked: builds read the store
+    board.publish("p/", "e1")
+    assert redis.data == {} and len(calls) == 1
+    now[0] = 5.0
+    assert board.read(["p/"]) == {"p/": None} and len(calls) == 2
 
 
 def test_the_cache_stays_within_its_byte_budget() -> None:

@@ -20,7 +20,8 @@ is on every turn's path already and answers in well under a millisecond. So:
   a pod died between head and SET, a meta-only commit that announces nothing) is seen by readers
   at the latest ``trust_seconds`` (default 30 s) after they last read the head; a reader never
   serves a version older than the one Redis announces (a different etag is always a store read).
-  Without Redis, or when Redis does not answer, every build reads the store as before.
+  Without Redis, or when Redis does not answer, every build reads the store as before (and for
+  ``retry_after`` seconds after a failure Redis is not asked at all).
 - **Own commits.** ``WarmViews`` is the listener the root registers: it announces through the
   board and keeps the committed manifest as the pod's view (the pod that saved reads nothing to
   build next).
@@ -66,29 +67,46 @@ Counter = Callable[[str, str], None]
 class VersionBoard:
     """Publishes and reads place versions in Redis (``redis`` a redis-py client)."""
 
-    def __init__(self, redis: Any, prefix: str, *, ttl: int = ANNOUNCE_TTL,
-                 on_round_trip: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, redis: Any, prefix: str, *, ttl: int = ANNOUNCE_TTL, retry_after: float = 5.0,
+                 on_round_trip: Callable[[], None] = lambda: None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.redis = redis
         self.prefix = prefix
         self.ttl = ttl
+        #: After a failure Redis is left alone this long (a hung server must not cost every build
+        #: and every commit a socket timeout); meanwhile builds read the store.
+        self.retry_after = retry_after
         self._round_trip = on_round_trip
+        self._clock = clock
+        self._down_until = 0.0
+
+    def _usable(self) -> bool:
+        return self._clock() >= self._down_until
+
+    def _failed(self, what: str, exc: Exception) -> None:
+        self._down_until = self._clock() + self.retry_after
+        log.info("%s (%s: %s); not asking Redis again for %gs", what, type(exc).__name__, exc, self.retry_after)
 
     def key(self, place_prefix: str) -> str:
         return f"{self.prefix}ver:{{{place_prefix}}}"
 
     def publish(self, place_prefix: str, etag: str, *, only_if_absent: bool = False) -> None:
         """Best effort: a failure costs readers a store read, never a wrong answer."""
+        if not self._usable():
+            return
         try:
             self._round_trip()
             self.redis.set(self.key(place_prefix), etag, ex=self.ttl, nx=only_if_absent)
         except Exception as exc:
-            log.info("place version of %s not announced (%s: %s)", place_prefix, type(exc).__name__, exc)
+            self._failed(f"place version of {place_prefix} not announced", exc)
 
     def read(self, place_prefixes: Sequence[str]) -> dict[str, str | None] | None:
         """The announced version of each place (None: no key) in one round trip; None when Redis
         did not answer (the caller then trusts nothing it holds)."""
         if not place_prefixes:
             return {}
+        if not self._usable():
+            return None
         try:
             self._round_trip()
             # Redis Cluster: the places' keys lie in different slots; the cluster client splits
@@ -96,7 +114,7 @@ class VersionBoard:
             mget = getattr(self.redis, "mget_nonatomic", None) or self.redis.mget
             values = mget([self.key(p) for p in place_prefixes])
         except Exception as exc:
-            log.info("place versions unavailable (%s: %s); reading the store", type(exc).__name__, exc)
+            self._failed("place versions unavailable; reading the store", exc)
             return None
         return {p: (v.decode() if isinstance(v, bytes) else v) for p, v in zip(place_prefixes, values, strict=True)}
 
