@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from redis.crc import key_slot
 
 from harness_memory import build_agent
@@ -309,3 +311,47 @@ def test_the_cache_stays_within_its_byte_budget() -> None:
     reads: list[int] = []
     views.body("p/", "f199.md", 1.0, 1000, lambda: reads.append(1))
     assert reads == []  # the newest stayed
+
+
+_OPS = st.lists(st.one_of(
+    st.tuples(st.just("commit"), st.booleans()),  # a commit; its announcement lost or not
+    st.tuples(st.just("restart"), st.none()),      # Redis restarted empty
+    st.tuples(st.just("redis"), st.booleans()),    # Redis answering or not
+    st.tuples(st.just("tick"), st.floats(0.0, 40.0)),
+    st.tuples(st.just("read"), st.none()),
+), max_size=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=_OPS)
+@example(ops=[("commit", True), ("read", None), ("commit", False), ("tick", 31.0), ("read", None)])
+def test_reads_are_never_older_than_announced_nor_stale_past_the_bound(ops: list[tuple[str, object]]) -> None:
+    """Any interleaving of commits (announced or lost), Redis restarts and outages, time passing
+    and reads: a read serves the announced version or the store's; a superseded version is
+    served only within ``trust_seconds`` of the commit that superseded it."""
+    redis, now = _Redis(), [0.0]
+    board = VersionBoard(redis, "t:", retry_after=0.0, clock=lambda: now[0])
+    views = WarmViews(board, trust_seconds=30.0, clock=lambda: now[0])
+    place = _Manifestless("memory/users/x/", None)
+    key = board.key(place.place.prefix)  # type: ignore[attr-defined]
+    superseded: dict[str | None, float] = {}
+    n = 0
+    for op, arg in ops:
+        if op == "commit":
+            n += 1
+            superseded[place.etag] = now[0]
+            place.etag = f"e{n}"
+            if arg and redis.up:
+                redis.data[key] = place.etag
+        elif op == "restart":
+            redis.data.clear()
+        elif op == "redis":
+            redis.up = bool(arg)
+        elif op == "tick":
+            now[0] += float(arg)  # type: ignore[arg-type]
+        else:
+            announced = redis.data.get(key) if redis.up else None
+            _, etag = views.load_manifest(place, views.versions([place]))  # type: ignore[arg-type,list-item]
+            if etag != place.etag:  # a superseded version: only the announced one, within the bound
+                assert announced is not None and (etag or ABSENT) == announced
+                assert now[0] - superseded[etag] < 30.0
