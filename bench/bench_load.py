@@ -57,6 +57,8 @@ class SizeResult:
     bytes_down: int = 0
     hot_writes: Counter[str] = field(default_factory=Counter)
     redis_commands: int = 0
+    #: Redis round trips for place versions (one MGET per build, SETs after commits and re-announcements).
+    version_trips: float = 0.0
     redis_cpu_seconds: float = 0.0
     pod_cpu_seconds: float = 0.0
     redis_by_command: Counter[str] = field(default_factory=Counter)
@@ -160,6 +162,7 @@ def run_size(pods: int, users: int, turns: int, weed: Any, red: Any, llm: Script
         result.collect_errors += r["collect_errors"]
         result.pod_cpu_seconds += r["cpu_seconds"]
         result.buffer_fallbacks += r["buffer_warnings"]
+        result.version_trips += r.get("version_trips", 0.0)
     return result
 
 
@@ -267,12 +270,14 @@ def summary_table(results: list[SizeResult]) -> str:
         rows.append([size_label(r), r.sessions, r.turns, f"{r.seconds:.1f}", r.per_second,
                      r.per_turn(reads), r.per_turn(writes), f"{r.per_turn(r.bytes_down) / 1024:.1f}",
                      f"{r.per_turn(r.bytes_up) / 1024:.1f}", r.per_turn(r.redis_commands),
+                     r.per_turn(r.version_trips),
                      f"{r.redis_memory_per_session / 1024:.1f}", f"{r.session_key_bytes / 1024:.1f}",
                      f"{hottest / r.seconds:.1f}" if r.seconds else "n/a",
                      f"{r.per_turn(r.pod_cpu_seconds) * 1000:.0f}", f"{r.per_turn(r.redis_cpu_seconds) * 1e6:.0f}",
                      len(r.errors) + r.collect_errors, r.buffer_fallbacks])
     return table(["size", "sessions", "turns", "seconds", "turns/s", "store reads/turn", "store writes/turn",
-                  "KiB down/turn", "KiB up/turn", "Redis commands/turn", "Redis KiB/session (used_memory)",
+                  "KiB down/turn", "KiB up/turn", "Redis commands/turn", "version round trips/turn",
+                  "Redis KiB/session (used_memory)",
                   "Redis KiB/session (MEMORY USAGE)", "writes/s on the hottest object", "pod CPU ms/turn",
                   "Redis CPU µs/turn", "errors",
                   "Redis fallbacks"], rows)

@@ -115,11 +115,20 @@ def main() -> int:
         "cpu_seconds": cpu,
         "ops": ops, "store": store.snapshot(), "collect_errors": stats.collect_errors,
         "buffer_mode": manager.buffer.mode, "buffer_warnings": manager.buffer.warnings,
+        "version_trips": _version_trips(services),
     }
     manager.close()
     services.close()
     print(json.dumps(report), flush=True)
     return 0
+
+
+def _version_trips(services: MemoryServices) -> float:
+    """Redis round trips reading or announcing place versions (``memdir/versions.py``); 0 on a
+    release without them."""
+    metrics = services.telemetry.metrics
+    family = getattr(metrics, "version_round_trips", None)
+    return float(family.values.get((), 0.0)) if family is not None else 0.0
 
 
 if __name__ == "__main__":

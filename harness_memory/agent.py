@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from agno.agent import Agent
@@ -135,9 +135,19 @@ def _wire_parts(agent: Agent, services: MemoryServices, user_id: str, agent_type
     cfg = services.config
     own = services.user_agent_dir(user_id, agent_type)
     shared = services.shared_agent_dir(agent_type)
+    # One Redis round trip for the versions of the places this build reads (``memdir/versions.py``):
+    # while they hold, the pod's cached manifests and recalled bodies serve without a store read.
+    dirs = [own, shared, *([services.user_auto_dir(user_id)] if cfg.auto.enabled else [])]
+    versions = services.warm.versions(dirs)
+    services.shared_views.check(shared, versions)  # the shared view: never older than announced
+
+    def read_manifest(memdir: MemoryDir) -> tuple[Manifest, str | None]:
+        return services.warm.load_manifest(memdir, versions)
+
     # The auto-memory block needs its own read: start it now, alongside the user's manifest.
-    auto_block = services.submit_io(services.auto_memory().render_injection, user_id) if cfg.auto.enabled else None
-    manifest = _load_manifest(own)
+    auto_block = (services.submit_io(services.auto_memory().render_injection, user_id, read_manifest)
+                  if cfg.auto.enabled else None)
+    manifest = _load_manifest(own, read_manifest)
     notes: list[str] = []
     if manifest is not None:
         # Snapshot: may copy starter memories into an empty place (filling ``manifest`` in place)
@@ -162,7 +172,7 @@ def _wire_parts(agent: Agent, services: MemoryServices, user_id: str, agent_type
     append_context(agent, prompt)
     if query and cfg.recall.enabled:
         recalled = recall_for_query(services, user_id, agent_type, query, session_id=agent.session_id,
-                                    manifest=manifest)
+                                    manifest=manifest, bodies=services.warm.body)
         if recalled:
             append_context(agent, recalled)
     if cfg.recall.enabled and cfg.recall.per_run:
@@ -188,10 +198,11 @@ def _safe_index(own: MemoryDir, manifest: Manifest | None) -> CappedText:
     return CappedText(UNAVAILABLE_INDEX, False, 0)
 
 
-def _load_manifest(own: MemoryDir) -> Manifest | None:
-    """The user's manifest (one GET); None when the store cannot be read — the build goes on."""
+def _load_manifest(own: MemoryDir, read: Callable[[MemoryDir], tuple[Manifest, str | None]]) -> Manifest | None:
+    """The user's manifest (the pod's warm copy, or one GET); None when the store cannot be read —
+    the build goes on."""
     try:
-        return own.manifest()
+        return read(own)[0]
     except Exception as exc:
         log.warning("memory index of %s unavailable (%s); building the agent without it", own.place.label, exc)
         return None

@@ -43,6 +43,7 @@ from .llm import LightModel
 from .locks import LeaseKeeper, LocalLocker, Locker, RedisLocker
 from .memdir import CappedText, Manifest, MemoryDir
 from .memdir.port import CommitListener
+from .memdir.versions import VersionBoard, WarmViews
 from .memdir.views import SHARED_VIEW_TTL, SharedViews
 from .observe import Telemetry, wrap_context
 from .redis_client import RedisClient, make_redis
@@ -109,6 +110,10 @@ class MemoryServices:
     _embed_on_commit: EmbedOnCommit | None = field(default=None, repr=False)
     #: Snapshot sync records known to be absent (``snapshot/state.py`` owns the policy).
     snapshot_absent: KnownAbsent = field(default_factory=KnownAbsent, repr=False)
+    #: Announces every commit's version in Redis (None without Redis): ``memdir/versions.py``.
+    versions: VersionBoard | None = field(default=None, repr=False)
+    #: The pod's manifests and recalled bodies, served while Redis confirms their version.
+    warm: WarmViews = field(default_factory=lambda: WarmViews(None), repr=False)
 
     @classmethod
     def from_config(cls, config: MemoryConfig, *, store: ObjectStore | None = None,
@@ -138,8 +143,11 @@ class MemoryServices:
                                  retry_after=config.redis.retry_after_seconds, telemetry=telemetry,
                                  block=min(0.2, config.redis.socket_timeout / 2))
         work = ThreadPoolExecutor(max_workers=WORK_THREADS, thread_name_prefix="hm-work")
+        board = (VersionBoard(client, config.redis.key_prefix, retry_after=config.redis.retry_after_seconds,
+                              on_round_trip=telemetry.version_round_trip) if client is not None else None)
+        warm = WarmViews(board, count=telemetry.warm_cache)
         services = cls(config=config, store=store, redis=client, locker=locker, io=io, work=work,
-                       telemetry=telemetry, leases=leases)
+                       telemetry=telemetry, leases=leases, versions=board, warm=warm)
         if config.embed.model:
             services.semantic()  # from the start, so every write is embedded (in the background)
         _live.add(services)  # flushed at interpreter exit unless closed before
@@ -163,9 +171,11 @@ class MemoryServices:
 
     def commit_listeners(self) -> tuple[CommitListener, ...]:
         """Who hears about every commit of a place (``memdir/port.py``): the search index, then
-        the semantic tier (embeds what changed, in the background) while it runs."""
+        the semantic tier (embeds what changed, in the background) while it runs, then the
+        version board (announces the commit's head in Redis) when Redis is configured."""
         embed, search = self._embed_on_commit, self._search_listener
-        return (search,) if embed is None or self._closed else (search, embed)
+        out: tuple[CommitListener, ...] = (search,) if embed is None or self._closed else (search, embed)
+        return out if self.versions is None else (*out, self.warm)
 
     def user_agent_dir(self, user_id: str, agent_type: str = "default") -> MemoryDir:
         return self.memdir(Place.user_agent(user_id, agent_type, self.key_prefix))

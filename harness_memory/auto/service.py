@@ -49,7 +49,7 @@ from .updater import Updater, UpdateResult, UpdateStatus
 if TYPE_CHECKING:
     from ..config import AutoConfig
     from ..hooks import HookCall
-    from ..memdir import MemoryDir
+    from ..memdir import Manifest, MemoryDir
     from ..observe import Telemetry
     from .hook import AutoMemoryHook
 
@@ -198,17 +198,20 @@ class AutoMemory(FactAPI):
         return self.worker.stats
 
     # -- read path ------------------------------------------------------------------------------
-    def render_injection(self, user_id: str | None) -> str:
+    def render_injection(self, user_id: str | None,
+                         read: Callable[[MemoryDir], tuple[Manifest, str | None]] | None = None) -> str:
         """The reminder block for ``user_id``'s agent ('' when nothing is stored or on error).
 
-        Reads the user's auto place and the shared (project) auto place: one GET each."""
+        Reads the user's auto place and the shared (project) auto place: one GET each. ``read``
+        loads the user's manifest instead (a build's warm views, ``memdir/versions.py``)."""
         if not self.config.enabled:
             return ""
         user_view: AutoView | None = None
         shared_view: AutoView | None = None
         try:
             if user_id:
-                user_view = AutoPlace(self.places.user_auto_dir(user_id)).read()
+                place = AutoPlace(self.places.user_auto_dir(user_id))
+                user_view = place.read() if read is None else place.view_of(read(place.dir)[0])
         except InvalidName:
             raise
         except Exception as exc:

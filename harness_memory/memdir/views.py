@@ -2,7 +2,8 @@
 
 Why: every agent build (prompt) and every recall reads the shared agent memory, which changes
 rarely; one cached read serves both and saves a request per build. A store failure answers with
-the last known view (or an empty one) and a warning. Owned by the composition root (one per
+the last known view (or an empty one) and a warning. A build drops a view whose version Redis
+announces otherwise (``check``; ``versions.py``). Owned by the composition root (one per
 ``MemoryServices``), so the cache lives and dies with it.
 """
 
@@ -14,6 +15,7 @@ import time
 
 from .directory import MemoryDir
 from .index import CappedText, Manifest
+from .versions import ABSENT, Versions
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +50,18 @@ class SharedViews:
                 self._views.clear()
             self._views[shared.place.prefix] = (now + self.ttl, manifest, index)
         return manifest, index
+
+    def check(self, shared: MemoryDir, versions: Versions) -> None:
+        """Drop the cached view when Redis announces another version of the place than the one it
+        holds (``versions.py``): a build never serves a shared view older than the announced one.
+        No answer or no key: the ``ttl`` bounds the view's age as before."""
+        answered, announced = versions.of(shared.place.prefix)
+        if not answered or announced is None:
+            return
+        with self._lock:
+            hit = self._views.get(shared.place.prefix)
+            if hit is not None and (hit[1].head_etag or ABSENT) != announced:
+                del self._views[shared.place.prefix]
 
     def forget(self, shared: MemoryDir) -> None:
         """Drop the cached view after this pod changed the shared place."""

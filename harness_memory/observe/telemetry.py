@@ -263,6 +263,16 @@ class Telemetry:
             return _MetricsOp(self, self._recorders[kind], label)
         return Op(self, kind, label, fields) if self.active else NULL_OP
 
+    def warm_cache(self, cache: str, outcome: str) -> None:
+        """A warm view served (``hit``) or read from the store (``miss``): ``memdir/versions.py``."""
+        if self.metrics is not None:
+            self.metrics.inc(self.metrics.warm_cache, (cache, outcome))
+
+    def version_round_trip(self) -> None:
+        """One Redis round trip for place versions (read or announce)."""
+        if self.metrics is not None:
+            self.metrics.inc(self.metrics.version_round_trips)
+
     def store_request(self, op: str) -> Op | _MetricsOp | _NullOp:
         """One object-store request (``get``, ``head``, ``put``, ``put_if_absent``, ``put_if_match``,
         ``delete``, ``delete_many``, ``list``)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
@@ -94,14 +94,28 @@ def _read(memdir: MemoryDir, shared: MemoryDir | None, file: str) -> ReadResult 
     return None
 
 
+#: A pod's cache of file bodies (``memdir.versions.WarmViews.body``): (place prefix, file, entry
+#: ``updated_at``, entry ``size``, the read to make on a miss) -> the read.
+Bodies = Callable[[str, str, float, int, Callable[[], "ReadResult | None"]], "ReadResult | None"]
+
+
 def read_files(memdir: MemoryDir, files: Sequence[str], shared: MemoryDir | None = None,
-               executor: Executor | None = None) -> dict[str, ReadResult]:
+               executor: Executor | None = None, *, entries: Mapping[str, ManifestEntry] | None = None,
+               bodies: Bodies | None = None) -> dict[str, ReadResult]:
     """GET each file (concurrently in ``executor`` when there are several, else one by one);
-    missing or unreadable ones are left out."""
-    if len(files) <= 1 or executor is None:
-        results = [_read(memdir, shared, f) for f in files]
-    else:
-        results = list(executor.map(lambda f: _read(memdir, shared, f), files))
+    missing or unreadable ones are left out. With ``bodies`` and the manifest ``entries`` served,
+    a body cached for the same entry is used instead of a GET."""
+    def one(file: str) -> ReadResult | None:
+        entry = entries.get(file) if entries is not None else None
+        if bodies is None or entry is None:
+            return _read(memdir, shared, file)
+        target, rel = (shared, file[len(SHARED_PREFIX):]) if file.startswith(SHARED_PREFIX) else (memdir, file)
+        if target is None:
+            return None
+        return bodies(target.place.prefix, rel, entry.updated_at, entry.size, lambda: _read(memdir, shared, file))
+
+    serial = len(files) <= 1 or executor is None
+    results = [one(f) for f in files] if serial or executor is None else list(executor.map(one, files))
     return {f: r for f, r in zip(files, results, strict=True) if r is not None}
 
 
@@ -223,13 +237,15 @@ def load_recalled(
     shared: MemoryDir | None = None,
     entries: Mapping[str, ManifestEntry] | None = None,
     executor: Executor | None = None,
+    bodies: Bodies | None = None,
 ) -> tuple[str, list[RecalledFile]]:
     """Like ``load_recalled_context`` but also says which files made it into the block
-    (``executor``: reads the files concurrently; default ``memdir.executor``)."""
+    (``executor``: reads the files concurrently; default ``memdir.executor``; ``bodies``: the
+    pod's body cache, used with ``entries``)."""
     unique = list(dict.fromkeys(files))
     if not unique:
         return "", []
-    reads = read_files(memdir, unique, shared, executor or memdir.executor)
+    reads = read_files(memdir, unique, shared, executor or memdir.executor, entries=entries, bodies=bodies)
     return render_recalled(reads, unique, config, _now(now), entries)
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..memdir import Manifest, MemoryDir
-from .context import SHARED_PREFIX, load_recalled
+from .context import SHARED_PREFIX, Bodies, load_recalled
 from .ranking import PlaceRanker, places_for
 from .select import find_relevant_memories
 from .semantic import semantic_tier
@@ -119,19 +119,20 @@ def recall(
     *,
     session_id: str | None = None,
     manifest: Manifest | None = None,
+    bodies: Bodies | None = None,
 ) -> RecallResult:
     """Choose, read and render the memories relevant to ``query``; marks them surfaced in the session.
 
     Raises on store errors (``recall_for_query`` is the never-raising wrapper).
     """
     with services.telemetry.recall(user_id, session_id) as op:
-        result = _recall(services, user_id, agent_type, query, session_id, manifest, op)
+        result = _recall(services, user_id, agent_type, query, session_id, manifest, op, bodies)
         op.outcome = "hit" if result.files else "empty"
         return result
 
 
 def _recall(services: RecallRoot, user_id: str, agent_type: str, query: str, session_id: str | None,
-            manifest: Manifest | None, op: Any) -> RecallResult:
+            manifest: Manifest | None, op: Any, bodies: Bodies | None = None) -> RecallResult:
     cfg = services.config.recall
     if not cfg.enabled or not query or not query.strip():
         return EMPTY
@@ -159,7 +160,7 @@ def _recall(services: RecallRoot, user_id: str, agent_type: str, query: str, ses
     if not chosen:
         return EMPTY
     text, rendered = load_recalled(own, chosen, config=cfg, shared=shared, entries=combined.entries,
-                                   executor=services.io)
+                                   executor=services.io, bodies=bodies)
     files = tuple(r.file for r in rendered)
     if tracker is not None and session_id and files:
         tracker.mark(session_id, files, user_id=user_id, agent_type=agent_type)
@@ -174,15 +175,17 @@ def recall_for_query(
     query: str,
     session_id: str | None = None,
     manifest: Manifest | None = None,
+    bodies: Bodies | None = None,
 ) -> str:
     """The recalled-memories block for ``query`` ("" when nothing is relevant or anything fails).
 
     ``manifest`` is the user's own manifest when the caller has already read it (saves a GET).
     With ``session_id`` files surfaced earlier in the session are skipped, and the ones put in
-    now are remembered.
+    now are remembered. ``bodies``: the pod's body cache (``memdir.versions.WarmViews.body``).
     """
     try:
-        return recall(services, user_id, agent_type, query, session_id=session_id, manifest=manifest).text
+        return recall(services, user_id, agent_type, query, session_id=session_id, manifest=manifest,
+                      bodies=bodies).text
     except Exception as exc:  # recall must never fail the agent
         log.warning("recall for user %s failed (%s: %s); continuing without recalled memories",
                     user_id, type(exc).__name__, exc)
