@@ -116,7 +116,8 @@ def _spaced(word: str) -> str:
 
 
 _NAME = _trie(list(_CANONICAL))
-_NAME_END = rf"(?!{_SEP}*[^\W_])"
+#: A name ends where no letter or digit follows (one drawn like ``<`` or ``:``, as ``ᚲ`` or ``ː``, ends it too).
+_NAME_END = rf"(?!{_SEP}*(?!{_like('<', '>', '/', '|', '[', ']', ':')})[^\W_])"
 #: One of our tags: "< memory use" (space after the bracket, no closing bracket) is a comparison.
 _TAG = re.compile(rf"{_OPEN}(?P<ws>\s+)?(?:(?P<slash>{_SLASH})\s*)?(?P<name>{_NAME}){_NAME_END}"
                   rf"(?:\s*(?P<sc>{_SLASH})?\s*(?P<gt>{_CLOSE}))?(?(ws)(?(gt)|(?!)))")
