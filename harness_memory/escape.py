@@ -149,14 +149,23 @@ _FOLD = {**FOLD, **{ord(c): c.lower() for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ"}}
 def _view(text: str) -> tuple[str, bool]:
     """The text an aggressive reader sees: ignorables and controls dropped, NFKC, entities
     decoded, to a fixed point. The flag says the text was nested too deep (its ``&`` broken).
-    Each step runs only where it can change something (a scan at C speed says so)."""
+    Each step runs only where it can change something (a scan at C speed says so), and entities
+    are decoded to their own fixed point before the next NFKC pass (one pass per nesting level)."""
     view = text
     for _ in range(MAX_ROUNDS):
         step = _DROP.sub("", view) if _DROP.search(view) else view
         if not unicodedata.is_normalized("NFKC", step):
             step = unicodedata.normalize("NFKC", step)
-        if _ENTITY.search(step):
-            step = html.unescape(step)
+        for _ in range(MAX_ROUNDS):
+            if not _ENTITY.search(step):
+                break
+            decoded = html.unescape(step)
+            if decoded == step:
+                break
+            step = decoded
+        else:
+            if _ENTITY.search(step) and html.unescape(step) != step:
+                return step.replace("&", "(&)"), True
         if step == view:
             return view, False
         view = step
