@@ -78,11 +78,20 @@ MAX_ROUNDS = 4
 _DROP = re.compile("[" + "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in DROP) + "]")
 
 
+#: The fold of characters NFKC leaves alone (the classes below are matched against an NFKC view),
+#: split: the regex classes hold the BMP ones (``re`` then tests a class with a bitmap); the few
+#: astral ones (Carian, Old Italic… letters, ``𝈶``) are folded in the view itself, where present.
+_STABLE_FOLD = {cp: t for cp, t in FOLD.items() if unicodedata.is_normalized("NFKC", chr(cp))}
+_BMP_FOLD = {cp: t for cp, t in _STABLE_FOLD.items() if cp <= 0xFFFF}
+_ASTRAL_FOLD = {cp: t for cp, t in _STABLE_FOLD.items() if cp > 0xFFFF}
+_ASTRAL = re.compile("[\U00010000-\U0010ffff]")  # one range: a fast scan (the look-alikes' own class is not)
+
+
 def _like(*targets: str) -> str:
     """A regex class of ``targets`` and every character that folds to one of them (upper case
     too); only characters NFKC leaves alone (the class is matched against an NFKC view)."""
     chars = {t for t in targets} | {t.upper() for t in targets} | {
-        chr(cp) for cp, t in FOLD.items() if t in targets and unicodedata.is_normalized("NFKC", chr(cp))}
+        chr(cp) for cp, t in _BMP_FOLD.items() if t in targets}
     return "[" + "".join(re.escape(c) for c in sorted(chars)) + "]"
 
 
@@ -132,9 +141,13 @@ def _canonical(name: str) -> str:
     return _CANONICAL[_skeleton(name)]
 
 
+@functools.lru_cache(maxsize=4096)
+def _neutral_form(slash: str | None, name: str, self_closing: str | None) -> str:
+    return f"[not a tag: {'/' if slash else ''}{_canonical(name)}{'/' if self_closing else ''}]"
+
+
 def _neutral_tag(match: re.Match[str]) -> str:
-    slash = "/" if match["slash"] else ""
-    return f"[not a tag: {slash}{_canonical(match['name'])}{'/' if match['sc'] else ''}]"
+    return _neutral_form(*match.group("slash", "name", "sc"))
 
 
 #: What each becomes: its name, said not to be one (no bracket, entity or ignorable in it).
@@ -146,20 +159,35 @@ _ENTITY = re.compile(r"&(?:#[0-9xX]|[A-Za-z][A-Za-z0-9]+)")
 _FOLD = {**FOLD, **{ord(c): c.lower() for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ"}}
 
 
+#: Entities common in text (and in attacks), decoded by ``str.replace`` at C speed before
+#: ``html.unescape`` (a Python call per entity) sees what is left: each is one decoding step
+#: ``html.unescape`` takes too, so the fixed point is the same.
+_COMMON_ENTITIES = (("&amp;", "&"), ("&lt;", "<"), ("&gt;", ">"), ("&quot;", '"'), ("&#60;", "<"), ("&#62;", ">"))
+
+
+def _decode_common(text: str) -> str:
+    for entity, char in _COMMON_ENTITIES:
+        if entity in text:
+            text = text.replace(entity, char)
+    return text
+
+
 def _view(text: str) -> tuple[str, bool]:
-    """The text an aggressive reader sees: ignorables and controls dropped, NFKC, entities
-    decoded, to a fixed point. The flag says the text was nested too deep (its ``&`` broken).
-    Each step runs only where it can change something (a scan at C speed says so), and entities
-    are decoded to their own fixed point before the next NFKC pass (one pass per nesting level)."""
+    """The text an aggressive reader sees: ignorables and controls dropped, NFKC, astral
+    look-alikes folded, entities decoded, to a fixed point. The flag says the text was nested
+    too deep (its ``&`` broken). Each step runs only where it can change something (a scan at
+    C speed says so); entities are decoded to their own fixed point before the next NFKC pass."""
     view = text
     for _ in range(MAX_ROUNDS):
         step = _DROP.sub("", view) if _DROP.search(view) else view
         if not unicodedata.is_normalized("NFKC", step):
             step = unicodedata.normalize("NFKC", step)
+        if _ASTRAL.search(step):
+            step = step.translate(_ASTRAL_FOLD)
         for _ in range(MAX_ROUNDS):
             if not _ENTITY.search(step):
                 break
-            decoded = html.unescape(step)
+            decoded = html.unescape(_decode_common(step))
             if decoded == step:
                 break
             step = decoded
