@@ -101,7 +101,7 @@ def test_hostile_text_through_every_public_path(make_config: MakeConfig, llm_ser
     llm_server.set_handler(answer)
     users = itertools.count()
 
-    @settings(max_examples=4, deadline=None, database=None,
+    @settings(max_examples=3, deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(st.lists(hostile_text(), min_size=8, max_size=8))
     def example(plants: list[str]) -> None:

@@ -20,7 +20,7 @@ from tests import escape_reader as reader
 
 from .gen_escape_tables import TARGET, render
 
-FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SEPARATORS = ["-", "_", " ", ""]
 #: Ordinary text around the hostile part: any character (hypothesis's own Unicode alphabet).
 FILLER = st.text(max_size=12)
@@ -117,7 +117,7 @@ def test_text_without_anything_tag_like_is_returned_as_it_was(text: str) -> None
     assert escape_tags(text) == text
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(FILLER, hostile_tag(), FILLER)
 def test_a_neutralised_tag_reads_as_what_it_is(before: str, tag: str, after: str) -> None:
     """Not a look-alike: the neutral form names the tag and says it is not one."""
