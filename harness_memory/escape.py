@@ -13,9 +13,9 @@ data rather than from a list of tricks (``escape_tables.py`` is generated from i
    the Hangul fillers and control characters, apply NFKC, decode HTML entities (numeric, named,
    with or without ``;``, nested to any depth up to ``MAX_ROUNDS``; deeper nesting breaks every
    ``&``), repeat until nothing changes. Then fold every character that TR39 ``confusables.txt``,
-   its Unicode name or NFKC says is drawn like a character of our tags (``<`` ``>`` ``/`` ``|``
-   ``[`` ``]`` ``:`` ``-`` ``_`` a–z and the markers' CJK characters) to that character, and
-   upper case to lower case.
+   its Unicode name, NFKC or its letter under diacritics says is drawn like a character of our
+   tags (``<`` ``>`` ``/`` ``|`` ``[`` ``]`` ``:`` ``-`` ``_`` a–z and the markers' CJK
+   characters) to that character, and upper case to lower case.
 2. **Find in the folded view** our tags (``OUR_TAGS``, any mix of ``-``/``_``/spaces inside the
    name, opening, closing or self-closing), chat-template tokens ``<|…|>`` and the two
    session-summary markers.

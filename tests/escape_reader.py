@@ -4,9 +4,9 @@ hostile spellings the property tests generate from Unicode data.
 The reader sees text the way a careless model or a hostile tester would: it drops every
 Default_Ignorable_Code_Point (``regex``'s ``\\p{DI}``) and control character, applies NFKC,
 decodes HTML entities until nothing changes, then folds every character that TR39
-``confusables.txt`` (the ``confusable-homoglyphs`` data), NFKC or its Unicode name says looks
-like a character of our tags to that character, and reads tags, tokens and markers from the
-result. Nothing here imports the escaper's tables.
+``confusables.txt`` (the ``confusable-homoglyphs`` data), NFKC, its Unicode name or its letter
+without diacritics says looks like a character of our tags to that character, and reads tags,
+tokens and markers from the result. Nothing here imports the escaper's tables.
 """
 
 from __future__ import annotations
@@ -70,6 +70,13 @@ def fold_table() -> dict[str, str]:
         named = _drawn_like(unicodedata.name(ch, ""))
         if named:
             table.setdefault(ch, named)
+    for cp in range(0x20000):  # diacritics: what is left when the combining marks are taken off
+        ch = chr(cp)
+        bare = "".join(c for c in unicodedata.normalize("NFD", ch) if unicodedata.category(c) != "Mn")
+        if bare != ch and len(bare) == 1:
+            target = bare.lower() if bare.isascii() else table.get(bare, bare)
+            if target in _TARGETS:
+                table.setdefault(ch, target)
     return table
 
 

@@ -11,7 +11,8 @@ Sources, all of them Unicode's own data:
   session-summary markers);
 * the Unicode character names: every single left/right-pointing angle bracket or quotation
   mark, every ``LESS-THAN SIGN`` / ``GREATER-THAN SIGN``, every vertical line;
-* NFKC: every character whose compatibility form is one of the above (``＜``, ``﹤``, ``〈``).
+* NFKC: every character whose compatibility form is one of the above (``＜``, ``﹤``, ``〈``);
+* canonical decomposition: every one of the above with diacritics (``ó``, ``ý``, ``≮``).
 
 ``python -m tests.gen_escape_tables`` rewrites the module; ``tests/test_escape.py`` checks that
 the committed module is what this generator makes from the installed data.
@@ -92,6 +93,14 @@ def build() -> tuple[list[tuple[int, int]], dict[int, str]]:
         target = low if low in targets else fold.get(ord(nfkc))
         if target:
             add(ch, target)
+    for cp in range(sys.maxunicode + 1):  # a target with diacritics: "ó", "ý", "≮" (canonical decomposition)
+        ch = chr(cp)
+        nfd = unicodedata.normalize("NFD", ch)
+        if len(nfd) > 1 and all(unicodedata.category(c) == "Mn" for c in nfd[1:]):
+            base = nfd[0].lower() if nfd[0].isascii() else nfd[0]
+            target = base if base in targets else fold.get(ord(nfd[0]))
+            if target:
+                add(ch, target)
     for cp in range(sys.maxunicode + 1):  # non-ASCII capitals confusable with a lower-case target
         ch = chr(cp)
         if cp in fold or ch.isascii():
