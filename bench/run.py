@@ -73,6 +73,8 @@ BENCHES = (
     Bench("trust", "6b. Trustworthy writes", "bench.bench_trust",
           "Place-lock waits with 8 writers, a storm with SIGSTOPped lock holders and a paused store, a 5 s Redis "
           "outage mid-storm, and hostile frontmatter.", smoke=False),
+    Bench("escape", "6c. Escaping memory text: hostile vs benign", "bench.bench_escape",
+          "CPU time of `escape.block` on 64 KB of benign and hostile text (issue #28's classes) and on 1 MB."),
     Bench("observe", "7. Observability overhead", "bench.bench_observe",
           "What Prometheus metrics and OpenTelemetry spans add to the post-run hooks and to a tool call."),
     Bench("load", "8. Load: pods × users on one Redis and one bucket", "bench.bench_load",
