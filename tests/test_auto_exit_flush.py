@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from harness_memory import llm_latency
-from harness_memory.auto import AutoMemory, AutoPlace
+from harness_memory.auto import AutoPlace
 from harness_memory.auto.pending import INDEX_FILE
 from harness_memory.config import MemoryConfig
 from harness_memory.services import MemoryServices
@@ -32,7 +32,7 @@ def test_the_deadline_follows_the_measured_latency(make_config: Callable[..., Me
     model = f"slow-model-{uuid.uuid4().hex[:8]}"  # its own entry in the process-wide latency book
     cfg = config(make_config, llm_server, model, shutdown_flush_seconds=5, shutdown_flush_max_seconds=600)
     services = MemoryServices.from_config(cfg)
-    auto = AutoMemory(services, start_worker=False)
+    auto = services.new_auto_memory(start_worker=False)
     try:
         assert auto.shutdown_deadline() == 5  # nothing pending: the configured floor
         for user in ("u1", "u2"):
@@ -43,14 +43,15 @@ def test_the_deadline_follows_the_measured_latency(make_config: Callable[..., Me
         llm_latency.record(model, 0.5, 900)
         llm_latency.record(model, 0.5, 900)
         assert 5 < auto.shutdown_deadline() < 2 * 60 * 1.2  # a model that got faster: a shorter wait
-        capped = AutoMemory(MemoryServices.from_config(config(make_config, llm_server, model,
-                                                              shutdown_flush_max_seconds=20)), start_worker=False)
+        capped_services = MemoryServices.from_config(config(make_config, llm_server, model,
+                                                            shutdown_flush_max_seconds=20))
+        capped = capped_services.new_auto_memory(start_worker=False)
         llm_latency.record(model, 600.0, 900)
         capped.capture("u1", "s1", [{"role": "user", "content": KEPT_WORDS}])
         assert capped.shutdown_deadline() == 20  # configurable ceiling
         capped.worker.drop_user("u1")
         capped.close(0)
-        capped.services.close()
+        capped_services.close()
         auto.worker.drop_user("u1")
         auto.worker.drop_user("u2")
     finally:
@@ -71,7 +72,7 @@ def test_what_the_flush_cannot_finish_is_kept_and_resumed(make_config: Callable[
     llm_server.set_handler(model)
     cfg = config(make_config, llm_server, shutdown_flush_seconds=0.3, shutdown_flush_max_seconds=0.3)
     pod1 = MemoryServices.from_config(cfg)
-    auto1 = AutoMemory(pod1, start_worker=True)
+    auto1 = pod1.new_auto_memory(start_worker=True)
     auto1.capture("u1", "s1", [{"role": "user", "content": SLOW_WORDS}, {"role": "assistant", "content": "ok"}])
     auto1.capture("u2", "s1", [{"role": "user", "content": KEPT_WORDS}, {"role": "assistant", "content": "ok"}])
     auto1.close()  # 0.3 s: u1's update is in flight, u2's has not started
@@ -85,7 +86,7 @@ def test_what_the_flush_cannot_finish_is_kept_and_resumed(make_config: Callable[
     assert auto1.list_facts("u2") == []
 
     pod2 = MemoryServices.from_config(cfg)  # the next start
-    auto2 = AutoMemory(pod2, start_worker=False)
+    auto2 = pod2.new_auto_memory(start_worker=False)
     try:
         assert auto2.resume_pending() == 1
         assert auto2.flush(10)

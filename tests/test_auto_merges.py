@@ -53,7 +53,7 @@ def auto(make_config: Callable[..., MemoryConfig], llm_server: ScriptedLLM) -> I
 
 
 def place(auto: AutoMemory) -> AutoPlace:
-    return AutoPlace(auto.services.user_auto_dir("u1"))
+    return AutoPlace(auto.places.user_auto_dir("u1"))
 
 
 def apply(auto: AutoMemory, plan: UpdatePlan, *signals: str) -> ApplyReport:
@@ -274,7 +274,7 @@ async def test_refusals_are_counted_and_shown_in_the_history(make_config: Callab
                                              "reason": "merge_manual_fact"}]
         assert update["refused"] == {"merge_manual_fact": 1}
         assert 'harness_memory_auto_facts_total{change="merge_refused"} 1.0' in metrics
-        other = AutoMemory(services, start_worker=False)  # another pod reads the same history from the store
+        other = services.new_auto_memory(start_worker=False)  # another pod reads the same history from the store
         assert [r.merges_refused[0].ids for r in other.history("u1")] == [(a.id, "fact-x")]
         other.close(1)
     finally:

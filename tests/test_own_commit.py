@@ -337,14 +337,14 @@ def test_session_summary_whose_answer_is_lost_is_stored_once_and_reported_extrac
     extraction is reported EXTRACTED, the buffer advances (no message is summarised twice)."""
     import uuid
 
-    from harness_memory.session import ExtractStatus, SessionMemoryManager
+    from harness_memory.session import ExtractStatus
     from tests.fakellm import text
     from tests.test_session_manager import SESSION, model_cfg, summary_md, turn
 
     cfg = make_config("cos", redis=True, model=model_cfg(llm_server), session=SESSION,
                       store={"cos_domain": proxy.domain_for(cos_bucket), "cos_retries": 1})
     svc = MemoryServices.from_config(cfg)
-    mgr = SessionMemoryManager.from_services(svc)
+    mgr = svc.session_manager()
     try:
         sid = "sess-" + uuid.uuid4().hex[:6]
         for v in range(1, version + 1):

@@ -144,7 +144,10 @@ async def test_export_of_another_user_contains_nothing_of_theirs(cfg: MemoryConf
         assert {p["user_id"] for p in r.json()["places"]} == {"u2"}
 
 
-async def test_import_naming_another_user_lands_in_the_callers_memory(cfg: MemoryConfig) -> None:
+async def test_import_naming_another_user_is_refused_whole(cfg: MemoryConfig) -> None:
+    """A bundle that names user u1, imported by u2, is refused (422 naming u1): nothing lands in
+    u1's place nor, silently retargeted, in u2's (issue 28: the docs say entries for a place the
+    caller may not write are refused, and refusing is the safer of the two)."""
     await seed_u1(cfg)
     before = stored(cfg, "users/u1/agent-memory/default/launch.md")
     planted = Bundle(scope="users/u1", places=[BundlePlace(kind="user-agent", user_id="u1", agent_type="default",
@@ -152,14 +155,13 @@ async def test_import_naming_another_user_lands_in_the_callers_memory(cfg: Memor
     async with api(cfg, wid="u2", **bearer()) as c:
         r = await c.post("/users/me/memory/import?mode=replace", content=planted.model_dump_json(),
                          headers={"content-type": "application/json"})
-        assert r.status_code == 200, r.text
-        assert [p["path"] for p in r.json()["places"]] == ["users/u2/agent-memory/default"]
+        assert r.status_code == 422 and "'u1'" in r.text, r.text
         shared = Bundle(places=[BundlePlace(kind="shared-agent", agent_type="default",
                                             files=[BundleFile(file="x.md", content=GOOD)])])
         r = await c.post("/users/me/memory/import", content=shared.model_dump_json())
         assert r.status_code == 422 and "admin" in r.text
     assert stored(cfg, "users/u1/agent-memory/default/launch.md") == before
-    assert stored(cfg, "users/u2/agent-memory/default/launch.md") == GOOD.encode()
+    assert stored(cfg, "users/u2/agent-memory/default/launch.md") is None
     assert stored(cfg, "agent-memory/default/x.md") is None
 
 

@@ -56,13 +56,17 @@ def seed(cfg: MemoryConfig) -> None:
     services.user_agent_dir("u2").save("other.md", GOOD)  # another user: never touched
 
 
-def user_objects(cfg: MemoryConfig, user: str = "u1") -> dict[str, bytes]:
+def user_objects(cfg: MemoryConfig, user: str = "u1", *, safety_net: bool = True) -> dict[str, bytes]:
     """Every object of the user except the manifest (its JSON carries write times) and the last
-    commit's intent record (writers' bookkeeping, with a transaction id)."""
+    commit's intent record (writers' bookkeeping, with a transaction id); without the trash and
+    the version history when ``safety_net`` is False (what a replacing import removes is kept there
+    on purpose)."""
     store = services_for(cfg).store
     derived = ("/.intent.json",)  # transaction ids
+    kept = ("/.trash/", "/.history/")
     return {k: store.get(k).data for k in keys(cfg, f"users/{user}/")
-            if not k.endswith(derived) and not is_derived(k.rsplit("/", 1)[-1])}  # import times, generations
+            if not k.endswith(derived) and not is_derived(k.rsplit("/", 1)[-1])  # import times, generations
+            and (safety_net or not any(part in k for part in kept))}
 
 
 def manifests(cfg: MemoryConfig, user: str = "u1") -> dict[str, Any]:
@@ -218,7 +222,8 @@ async def test_a_dry_run_reports_exactly_what_the_import_does(cfg: MemoryConfig,
             if mode == "merge":  # back to the changed state for the replace preview
                 await c.put("/users/me/agents/default/memory/files/prefs.md", json={"content": GOOD})
                 await c.delete("/users/me/agents/default/memory/files/bom.md")
-    assert user_objects(cfg) == before
+    assert user_objects(cfg, safety_net=False) == before  # the memories as exported; what it replaced is in the trash
+    assert any("/.trash/" in k for k in user_objects(cfg))
 
 
 def file_item(name: str, content: str, **extra: Any) -> dict[str, Any]:

@@ -177,16 +177,16 @@ class AutoMemory(FactAPI):
     def resume_pending(self) -> int:
         """Queue again the updates an earlier process kept at exit (``pending.py``); returns how
         many batches. Runs once in the first worker thread; call it yourself in manual mode."""
-        batches = take_pending(lambda user: AutoPlace(self.services.user_auto_dir(user)),
-                               AutoPlace(self.services.shared_auto_dir()))
+        batches = take_pending(lambda user: AutoPlace(self.places.user_auto_dir(user)),
+                               AutoPlace(self.places.shared_auto_dir()))
         if batches:
             self.worker.restore(batches)
             log.info("auto memory: %d pending update(s) kept by an earlier process queued again", len(batches))
         return len(batches)
 
     def _keep_pending(self, batches: list[Batch]) -> int:
-        return save_pending(batches, lambda user: AutoPlace(self.services.user_auto_dir(user)),
-                            AutoPlace(self.services.shared_auto_dir()))
+        return save_pending(batches, lambda user: AutoPlace(self.places.user_auto_dir(user)),
+                            AutoPlace(self.places.shared_auto_dir()))
 
     def forget_user(self, user_id: str) -> int:
         """Drop the user's queued updates so a "forget everything" is not undone a moment later
