@@ -27,7 +27,7 @@ EXTRACTION = {"newFacts": [{"content": "FACT-TEXT frontend engineer", "category"
                            {"content": "FACT-TEXT likes Vue", "category": "preference", "confidence": 0.9},
                            {"content": "FACT-TEXT maybe likes Go", "category": "goal", "confidence": 0.3}]}
 TURNS = ["Remember that I am a frontend engineer.", "What do I work on?", "Which framework do I like?"]
-ALLOWED_LABELS = {"op", "outcome", "tool", "purpose", "path", "backend", "lock", "kind", "change", "le"}
+ALLOWED_LABELS = {"op", "outcome", "tool", "purpose", "path", "backend", "lock", "kind", "change", "le", "cache"}
 
 
 def kind_of(req: RecordedRequest) -> str:
