@@ -21,6 +21,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 
 from ..redis_client import REDIS_ERRORS, RedisClient
+from .insight import RecallInsight
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,9 @@ class SurfacedTracker:
         self._local: OrderedDict[str, tuple[float, set[str]]] = OrderedDict()
         self._lock = threading.Lock()
         self._redis_down_until = 0.0
+        # when each memory was last recalled, and why a session got what it got (``insight``)
+        self.insight = RecallInsight(client, key_prefix=key_prefix, ttl_seconds=ttl_seconds,
+                                     max_sessions=max_sessions, retry_after_seconds=retry_after_seconds)
 
     def __deepcopy__(self, memo: dict[int, object]) -> SurfacedTracker:
         return self  # shared state, never copied (AgentOS deep-copies hooks)
@@ -95,6 +99,7 @@ class SurfacedTracker:
         scope = self.scope(session_id, user_id, agent_type)
         with self._lock:
             self._local.pop(scope, None)
+        self.insight.forget_session(session_id, user_id=user_id, agent_type=agent_type)
         client = self._redis()
         if client is not None:
             try:
