@@ -8,7 +8,7 @@ and what the endpoints answer for the owner and for another user.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -25,22 +25,11 @@ from harness_memory.services import MemoryServices, services_for
 from harness_memory.session.binding import bind_session
 from tests.fakellm import ScriptedLLM, text
 
+from . import test_recall
 from .test_recall import SEED, model_config, seed
 from .test_server_memory import ADMIN, BASE, api
 
-
-@pytest.fixture
-def services(make_config: Callable[..., MemoryConfig]) -> Iterator[Callable[..., MemoryServices]]:
-    made: list[MemoryServices] = []
-
-    def factory(backend: str = "local", redis: bool = False, **sections: Any) -> MemoryServices:
-        svc = MemoryServices.from_config(make_config(backend, redis=redis, **sections))
-        made.append(svc)
-        return svc
-
-    yield factory
-    for svc in made:
-        svc.close()
+services = test_recall.services  # the module's services factory fixture, shared
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..redis_client import REDIS_ERRORS, RedisClient
+from .redis_gate import RedisGate
 
 log = logging.getLogger(__name__)
 
@@ -104,16 +105,14 @@ class RecallInsight:
     """Last-recalled times per place and the last decision per session: Redis or in-process."""
 
     def __init__(self, client: RedisClient | None = None, *, key_prefix: str = "hm:", ttl_seconds: int = 3600,
-                 max_sessions: int = 4096, retry_after_seconds: float = 30.0) -> None:
-        self.client = client
+                 max_sessions: int = 4096, retry_after_seconds: float = 30.0, gate: RedisGate | None = None) -> None:
         self.key_prefix = key_prefix
         self.ttl_seconds = int(ttl_seconds)
         self.max_sessions = max_sessions
-        self.retry_after_seconds = retry_after_seconds
+        self._gate = gate or RedisGate(client, retry_after_seconds)  # the surfaced tracker shares its own
         self._last: OrderedDict[str, dict[str, float]] = OrderedDict()
         self._why: OrderedDict[str, tuple[float, str]] = OrderedDict()
         self._lock = threading.Lock()
-        self._redis_down_until = 0.0
 
     def last_key(self, user_id: str, agent_type: str) -> str:
         return f"{self.key_prefix}recall:last:{user_id}:{agent_type}"
@@ -158,14 +157,22 @@ class RecallInsight:
                 self._redis_failed(exc)
 
     # -- reading -------------------------------------------------------------------------------
-    def last_recalled(self, user_id: str, agent_type: str = "default") -> dict[str, float]:
-        """file -> unix seconds of its last recall for this user (empty when never or expired)."""
+    def last_recalled(self, user_id: str, agent_type: str = "default",
+                      files: Sequence[str] | None = None) -> dict[str, float]:
+        """file -> unix seconds of its last recall for this user (absent: never, or expired);
+        ``files``: only these (a page of the listing: HMGET, not the whole hash)."""
         with self._lock:
-            out = dict(self._last.get(f"{user_id}:{agent_type}", {}))  # noted during an outage
+            local = self._last.get(f"{user_id}:{agent_type}", {})  # noted during an outage
+            out = dict(local) if files is None else {f: local[f] for f in files if f in local}
         client = self._redis()
-        if client is not None:
+        if client is not None and (files is None or files):
+            key = self.last_key(user_id, agent_type)
             try:
-                for k, v in client.hgetall(self.last_key(user_id, agent_type)).items():
+                pairs = (client.hgetall(key).items() if files is None
+                         else zip(files, client.hmget(key, list(files)), strict=True))
+                for k, v in pairs:
+                    if v is None:
+                        continue
                     name = k.decode("utf-8") if isinstance(k, bytes) else str(k)
                     out[name] = max(out.get(name, 0.0), float(v))
             except (*REDIS_ERRORS, ValueError) as exc:
@@ -196,15 +203,10 @@ class RecallInsight:
 
     # -- internals -----------------------------------------------------------------------------
     def _redis(self) -> RedisClient | None:
-        if self.client is None or time.monotonic() < self._redis_down_until:
-            return None
-        return self.client
+        return self._gate.get()
 
     def _redis_failed(self, exc: Exception) -> None:
-        if self._redis_down_until == 0.0 or time.monotonic() >= self._redis_down_until:
-            log.warning("recall: Redis unavailable for recall insight (%s); using this pod's memory for %.0f s",
-                        exc, self.retry_after_seconds)
-        self._redis_down_until = time.monotonic() + self.retry_after_seconds
+        self._gate.failed(exc, "recall insight")
 
     def _local_record(self, place: str, files: list[str], now: float, session: str | None, why: str | None) -> None:
         with self._lock:

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 
 from ..redis_client import REDIS_ERRORS, RedisClient
 from .insight import RecallInsight
+from .redis_gate import RedisGate
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +48,10 @@ class SurfacedTracker:
         self.retry_after_seconds = retry_after_seconds
         self._local: OrderedDict[str, tuple[float, set[str]]] = OrderedDict()
         self._lock = threading.Lock()
-        self._redis_down_until = 0.0
+        self._gate = RedisGate(client, retry_after_seconds)
         # when each memory was last recalled, and why a session got what it got (``insight``)
         self.insight = RecallInsight(client, key_prefix=key_prefix, ttl_seconds=ttl_seconds,
-                                     max_sessions=max_sessions, retry_after_seconds=retry_after_seconds)
+                                     max_sessions=max_sessions, gate=self._gate)
 
     def __deepcopy__(self, memo: dict[int, object]) -> SurfacedTracker:
         return self  # shared state, never copied (AgentOS deep-copies hooks)
@@ -109,15 +110,10 @@ class SurfacedTracker:
 
     # -- internals --------------------------------------------------------------------------
     def _redis(self) -> RedisClient | None:
-        if self.client is None or time.monotonic() < self._redis_down_until:
-            return None
-        return self.client
+        return self._gate.get()
 
     def _redis_failed(self, exc: Exception) -> None:
-        if self._redis_down_until == 0.0 or time.monotonic() >= self._redis_down_until:
-            log.warning("recall: Redis unavailable for surfaced-file tracking (%s); using this pod's memory "
-                        "for %.0f s", exc, self.retry_after_seconds)
-        self._redis_down_until = time.monotonic() + self.retry_after_seconds
+        self._gate.failed(exc, "surfaced-file tracking")
 
     def _local_get(self, scope: str) -> frozenset[str]:
         now = time.monotonic()

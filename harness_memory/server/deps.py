@@ -55,13 +55,14 @@ class ServerContext:
         Raises ModelNotConfigured (-> 503 naming the settings) while no model is configured."""
         return self.services.agent_model(required=True)
 
-    def last_recalled(self, place: Place) -> dict[str, float]:
+    def last_recalled(self, place: Place, files: list[str]) -> dict[str, float]:
         """file -> when recall last put it into a conversation of the place's user (a user's agent
         memory only: shared memories are recalled per user, under ``shared/<file>``). Never raises."""
         if place.kind is not PlaceKind.USER_AGENT or not place.user_id:
             return {}
         try:
-            return self.services.surfaced_tracker().insight.last_recalled(place.user_id, place.agent_type or "default")
+            insight = self.services.surfaced_tracker().insight
+            return insight.last_recalled(place.user_id, place.agent_type or "default", files)
         except Exception:  # insight only: the listing must not fail for it
             return {}
 

@@ -76,7 +76,7 @@ def add_field_routes(router: APIRouter, prefix: str, resolve: Callable[..., Memo
                           type=memory.type.value, body=memory.body, extra=memory.extra, etag=result.etag,
                           last_modified=result.last_modified, created_at=entry.created_at if entry else None,
                           origin=kept.origin_of(manifest, result.file),
-                          last_recalled=(recalled(mdir.place) if recalled is not None else {}).get(result.file))
+                          last_recalled=(recalled(mdir.place, [result.file]) if recalled else {}).get(result.file))
 
     @router.put(one, response_model=SavedFile, summary="Save a memory file from form fields", **opts)
     def save_fields(mdir: Dir, file: FilePath, body: MemoryFormIn, response: Response,

@@ -59,7 +59,7 @@ def entry_out(entry: ManifestEntry, last_recalled: float | None = None) -> FileE
 
 
 #: file -> when recall last put it into a conversation (``ServerContext.last_recalled``).
-Recalled = Callable[[Place], dict[str, float]]
+Recalled = Callable[[Place, list[str]], dict[str, float]]
 
 
 def filter_entries(entries: list[ManifestEntry], type_: str | None, q: str | None, order: str,
@@ -116,7 +116,7 @@ def add_place_routes(router: APIRouter, prefix: str, resolve: Callable[..., Memo
             types[e.type] = types.get(e.type, 0) + 1
         chosen = filter_entries(matched, type, None, order)
         page = chosen[offset:] if limit is None else chosen[offset:offset + limit]
-        last = recalled(mdir.place) if recalled is not None and page else {}
+        last = recalled(mdir.place, [e.file for e in page]) if recalled is not None and page else {}
         return FileList(place=place_info(mdir.place), count=len(page),
                         files=[entry_out(e, last.get(e.file)) for e in page],
                         matched=len(chosen), types=types, total=len(entries))
