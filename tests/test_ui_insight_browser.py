@@ -14,7 +14,7 @@ from tests.ui_browser import LiveServer, screenshot
 
 from . import test_ui_browser as ui
 from .test_ui_browser import WAIT, gateway_page, ready
-from .test_ui_safety_browser import THREE
+from .test_ui_safety_browser import THREE, no_sideways_scroll
 
 browser, live, llm, server, close_contexts = ui.browser, ui.live, ui.llm, ui.server, ui.close_contexts
 
@@ -41,6 +41,9 @@ def test_last_recalled_and_why_a_conversation_got_it(browser: Any, server: LiveS
     first = page.locator("#why-ranking tbody tr").first
     assert first.get_attribute("data-file") == "db.md" and first.locator("td").last.inner_text() == "yes"
     screenshot(page, "ui-why-recalled")
+    page.set_viewport_size({"width": 390, "height": 800})  # the ranking table scrolls inside itself
+    no_sideways_scroll(page)
+    page.set_viewport_size({"width": 1280, "height": 800})
 
     page.click("#recalled-files a")
     ready(page, "memory")
