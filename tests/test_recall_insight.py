@@ -160,3 +160,27 @@ async def test_the_api_shows_last_recalled_and_why_to_the_owner_only(make_config
     async with api(cfg, authorization=f"Bearer {ADMIN}") as c:  # shared places have no per-user record
         listing = (await c.get("/shared/agents/default/memory")).json()
         assert all(f["last_recalled"] is None for f in listing["files"])
+
+
+async def test_a_run_through_the_server_is_explained(make_config: Callable[..., MemoryConfig],
+                                                     llm_server: ScriptedLLM) -> None:
+    """The whole path: a run's recall (agent build) is what ``/why`` and the listing then show."""
+    cfg = make_config(backend="local", model={"model": "fake-model", "base_url": llm_server.base_url,
+                                              "api_key": "k"}, auto={"enabled": False},
+                      recall={"use_model": False})
+    llm_server.script(text("Postgres, as decided."))
+    async with api(cfg, wid="u1") as c:
+        for file, content in SEED.items():
+            assert (await c.post(f"{BASE}/files", json={"file": file, "content": content})).status_code == 201
+        assert (await c.get("/users/me/sessions/chat-3/why")).json()["recorded"] is False
+        r = await c.post("/agents/default/runs", json={"message": "should integration tests mock the database?",
+                                                       "session_id": "chat-3"})
+        assert r.status_code == 200, r.text
+        why = (await c.get("/users/me/sessions/chat-3/why")).json()
+        assert why["recorded"] is True and why["recalled"][0] == "feedback_tests.md", why
+        assert why["query"] == "should integration tests mock the database?"
+        recalled = (await c.get("/users/me/sessions/chat-3/recalled")).json()["files"]
+        assert set(why["recalled"]) == set(recalled)  # the two views of the session agree
+        listing = {f["file"]: f["last_recalled"] for f in (await c.get(BASE)).json()["files"]}
+        assert {f for f, at in listing.items() if at} == set(recalled)
+    services_for(cfg).close(timeout=10)
