@@ -21,6 +21,7 @@ from redis.retry import Retry
 from harness_memory.config import MemoryConfig
 from harness_memory.recall import recall_for_query
 from harness_memory.recall.insight import LAST_RECALLED_TTL, Candidate, RecallDecision, RecallInsight
+from harness_memory.recall.surfaced import SurfacedTracker
 from harness_memory.services import MemoryServices, services_for
 from harness_memory.session.binding import bind_session
 from tests.fakellm import ScriptedLLM, text
@@ -108,6 +109,10 @@ def test_without_redis_the_pod_remembers_and_a_dead_redis_falls_back(
                               chosen=("x.md",), recalled=("x.md",), surfaced_before=0)
     dead.record("u", "default", ["x.md"], session_id="s", decision=decision, at=5.0)  # no exception
     assert dead.last_recalled("u") == {"x.md": 5.0} and dead.decision("s", user_id="u") == decision
+    tracker = SurfacedTracker(unreachable, retry_after_seconds=60)  # marking and recording in one go
+    tracker.mark("s", ["x.md"], user_id="u", decision=decision)
+    assert tracker.surfaced("s", user_id="u") == {"x.md"} and tracker.insight.decision("s", user_id="u") == decision
+    assert set(tracker.insight.last_recalled("u", "default", ["x.md", "y.md"])) == {"x.md"}
 
 
 NAMES = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=40)

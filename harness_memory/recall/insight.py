@@ -124,26 +124,37 @@ class RecallInsight:
     def record(self, user_id: str, agent_type: str, recalled: Iterable[str], *, session_id: str | None = None,
                decision: RecallDecision | None = None, at: float | None = None) -> None:
         """Note ``recalled`` as recalled now and, with a session, its ``decision``. Never raises."""
-        now = time.time() if at is None else at
         files = [f for f in recalled if f]
-        why = decision.to_json() if decision is not None and session_id else None
-        if not files and why is None:
+        if not files and (decision is None or not session_id):
             return
         client = self._redis()
         if client is not None:
             try:
                 pipe = client.pipeline(transaction=False)
-                if files:
-                    key = self.last_key(user_id, agent_type)
-                    pipe.hset(key, mapping={f: repr(now) for f in files})
-                    pipe.expire(key, LAST_RECALLED_TTL)
-                if why is not None and session_id:
-                    pipe.set(self.why_key(session_id, user_id, agent_type), why, ex=self.ttl_seconds)
+                self.queue(pipe, user_id, agent_type, files, session_id=session_id, decision=decision, at=at)
                 pipe.execute()
                 return
             except REDIS_ERRORS as exc:
                 self._redis_failed(exc)
-        self._local_record(f"{user_id}:{agent_type}", files, now,
+        self.remember(user_id, agent_type, files, session_id=session_id, decision=decision, at=at)
+
+    def queue(self, pipe: Any, user_id: str, agent_type: str, files: Sequence[str], *, session_id: str | None,
+              decision: RecallDecision | None, at: float | None = None) -> None:
+        """Add the record's commands to a Redis ``pipe`` (the surfaced tracker's, so that a recall
+        in a session costs one round trip for both)."""
+        if files:
+            key = self.last_key(user_id, agent_type)
+            now = time.time() if at is None else at
+            pipe.hset(key, mapping={f: repr(now) for f in files})
+            pipe.expire(key, LAST_RECALLED_TTL)
+        if decision is not None and session_id:
+            pipe.set(self.why_key(session_id, user_id, agent_type), decision.to_json(), ex=self.ttl_seconds)
+
+    def remember(self, user_id: str, agent_type: str, files: Sequence[str], *, session_id: str | None,
+                 decision: RecallDecision | None, at: float | None = None) -> None:
+        """The record in this pod's memory (no Redis, or Redis down)."""
+        why = decision.to_json() if decision is not None and session_id else None
+        self._local_record(f"{user_id}:{agent_type}", list(files), time.time() if at is None else at,
                            f"{user_id}:{agent_type}:{session_id}" if why is not None else None, why)
 
     def forget_session(self, session_id: str, *, user_id: str, agent_type: str = "default") -> None:

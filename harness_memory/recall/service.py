@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..memdir import Manifest, MemoryDir
 from .context import SHARED_PREFIX, Bodies, load_recalled
-from .insight import decision_of
+from .insight import RecallDecision, decision_of
 from .ranking import PlaceRanker, places_for
 from .select import find_relevant_memories
 from .semantic import semantic_tier
@@ -169,8 +169,6 @@ def _recall(services: RecallRoot, user_id: str, agent_type: str, query: str, ses
     text, rendered = load_recalled(own, chosen, config=cfg, shared=shared, entries=combined.entries,
                                    executor=services.io, bodies=bodies)
     files = tuple(r.file for r in rendered)
-    if tracker is not None and session_id and files:
-        tracker.mark(session_id, files, user_id=user_id, agent_type=agent_type)
     _note(services, user_id, agent_type, session_id, query, paths, ranker, chosen, files, len(surfaced))
     log.debug("recall for %s/%s: chose %s, rendered %s", user_id, agent_type, chosen, files)
     return RecallResult(text, files, tuple(chosen))
@@ -179,23 +177,32 @@ def _recall(services: RecallRoot, user_id: str, agent_type: str, query: str, ses
 def _note(services: RecallRoot, user_id: str, agent_type: str, session_id: str | None, query: str,
           paths: list[str], ranker: PlaceRanker | None, chosen: list[str], files: tuple[str, ...],
           surfaced: int) -> None:
-    """Record when ``files`` were recalled and (with a session) why: in Redis or this pod's
-    memory (``insight``), never in the store. Never raises."""
+    """Mark ``files`` surfaced in the session, and record when they were recalled and (with a
+    session) why: one Redis round trip, or this pod's memory (``insight``); never the store."""
+    tracker = services.surfaced_tracker()
+    decision = _decision(query, paths, ranker, chosen, files, surfaced) if session_id else None
+    if session_id and files:
+        tracker.mark(session_id, files, user_id=user_id, agent_type=agent_type, decision=decision)
+        return
     try:
-        decision = None
-        if session_id:
-            path = paths[-1] if paths else "none"
-            if ranker is not None and ranker.last_floor:
-                path = "floor"
-            decision = decision_of(query, path, chosen, files, surfaced=surfaced,
-                                   ranked=ranker.last_ranked if ranker is not None else (),
-                                   lexical=ranker.last_lexical if ranker is not None else (),
-                                   similarities=ranker.last_similarities if ranker is not None else None,
-                                   fused=bool(ranker is not None and ranker.last_fused))
-        services.surfaced_tracker().insight.record(user_id, agent_type, files, session_id=session_id,
-                                                   decision=decision)
+        tracker.insight.record(user_id, agent_type, files, session_id=session_id, decision=decision)
     except Exception as exc:  # insight is for people; recall goes on without it
         log.info("recall: could not record recall insight (%s: %s)", type(exc).__name__, exc)
+
+
+def _decision(query: str, paths: list[str], ranker: PlaceRanker | None, chosen: list[str],
+              files: tuple[str, ...], surfaced: int) -> RecallDecision | None:
+    """What the ranker last computed and which path chose, for the "why" view (None: not available)."""
+    try:
+        path = paths[-1] if paths else "none"
+        if ranker is None:
+            return decision_of(query, path, chosen, files, surfaced=surfaced)
+        return decision_of(query, "floor" if ranker.last_floor else path, chosen, files, surfaced=surfaced,
+                           ranked=ranker.last_ranked, lexical=ranker.last_lexical,
+                           similarities=ranker.last_similarities, fused=ranker.last_fused)
+    except Exception as exc:  # insight is for people; recall goes on without it
+        log.info("recall: could not describe the recall decision (%s: %s)", type(exc).__name__, exc)
+        return None
 
 
 def recall_for_query(

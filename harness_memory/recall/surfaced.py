@@ -21,7 +21,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 
 from ..redis_client import REDIS_ERRORS, RedisClient
-from .insight import RecallInsight
+from .insight import RecallDecision, RecallInsight
 from .redis_gate import RedisGate
 
 log = logging.getLogger(__name__)
@@ -77,23 +77,32 @@ class SurfacedTracker:
                 self._redis_failed(exc)
         return local
 
-    def mark(self, session_id: str, files: Iterable[str], *, user_id: str, agent_type: str = "default") -> None:
-        """Remember ``files`` as surfaced in this session (refreshes the session's TTL)."""
+    def mark(self, session_id: str, files: Iterable[str], *, user_id: str, agent_type: str = "default",
+             decision: RecallDecision | None = None) -> None:
+        """Remember ``files`` as surfaced in this session (refreshes the session's TTL); with a
+        ``decision``, also note them as recalled now and keep the decision (``insight``), in the
+        same round trip."""
         names = [f for f in files if f]
-        if not names:
+        if not names and decision is None:
             return
         client = self._redis()
         if client is not None:
             key = self.key(session_id, user_id, agent_type)
             try:
                 pipe = client.pipeline(transaction=False)
-                pipe.sadd(key, *names)
-                pipe.expire(key, self.ttl_seconds)
+                if names:
+                    pipe.sadd(key, *names)
+                    pipe.expire(key, self.ttl_seconds)
+                if decision is not None:
+                    self.insight.queue(pipe, user_id, agent_type, names, session_id=session_id, decision=decision)
                 pipe.execute()
                 return
             except REDIS_ERRORS as exc:
                 self._redis_failed(exc)
-        self._local_add(self.scope(session_id, user_id, agent_type), names)
+        if names:
+            self._local_add(self.scope(session_id, user_id, agent_type), names)
+        if decision is not None:
+            self.insight.remember(user_id, agent_type, names, session_id=session_id, decision=decision)
 
     def forget(self, session_id: str, *, user_id: str, agent_type: str = "default") -> None:
         """Drop a session's record (e.g. when the session is cleared)."""
