@@ -58,6 +58,8 @@ BENCHES = (
           "The post-hook's cost per run (Redis vs in-process) and the context sent per turn with summaries "
           "vs the full history over a 200-turn conversation."),
     Bench("recall", "Relevant recall", "bench.bench_recall", "Lexical and model recall over 1,000 memories."),
+    Bench("insight", "Recall insight", "bench.bench_insight",
+          "What recording when/why of each recall costs (Redis vs in-process) and the page's reads."),
     Bench("longmemeval", "Recall on LongMemEval", "bench.bench_longmemeval",
           "recall@1/5/10 at session and fact granularity (`$HARNESS_MEMORY_LONGMEMEVAL`; skipped without it)."),
     Bench("semantic", "Semantic recall on dev sets", "bench.bench_semantic",

@@ -49,6 +49,8 @@ class PlaceRanker:
         self.last_lexical: list[ScoredFile] = []
         self.last_fused = False  # the last ranking was fused (its confidence rule is ``confident``)
         self.last_floor = False  # the last query fell below the relevance floor (nothing recalled)
+        self.last_similarities: dict[str, float] = {}  # the last query's semantic similarities
+        self.last_ranked: list[ScoredFile] = []  # what the last call returned (recall's "why" view)
 
     def _parts(self, exclude: frozenset[str]) -> list[Part]:
         out: list[Part] = []
@@ -102,14 +104,18 @@ class PlaceRanker:
         self.last_lexical = lexical
         self.last_fused = self.last_floor = False
         sims = self.similarities(query, exclude)
+        self.last_similarities = sims
         if not sims:
-            return lexical[:k]
+            self.last_ranked = lexical[:k]
+            return self.last_ranked
         baseline = float(getattr(self.semantic, "baseline", 0.0))
         if below_floor(sims, self.fusion, self._small_talk(query), self._words_cover(query, lexical), baseline):
             self.last_floor = True
+            self.last_ranked = []
             return []
         self.last_fused = True
-        return fuse_scores(lexical, sims, self.lengths(), self.fusion, k)
+        self.last_ranked = fuse_scores(lexical, sims, self.lengths(), self.fusion, k)
+        return self.last_ranked
 
     def confident(self, ranked: list[ScoredFile], max_files: int) -> bool | None:
         """The fused ranking's own confidence rule (None: the last ranking was BM25 alone, whose

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..memdir import Manifest, MemoryDir
 from .context import SHARED_PREFIX, Bodies, load_recalled
+from .insight import RecallDecision, decision_of
 from .ranking import PlaceRanker, places_for
 from .select import find_relevant_memories
 from .semantic import semantic_tier
@@ -146,6 +147,11 @@ def _recall(services: RecallRoot, user_id: str, agent_type: str, query: str, ses
     tracker = surfaced_tracker(services) if session_id else None
     surfaced = (tracker.surfaced(session_id, user_id=user_id, agent_type=agent_type)
                 if tracker is not None and session_id else frozenset())
+    paths: list[str] = []
+
+    def on_path(path: str) -> None:
+        paths.append(path)
+        op.path = path
     model = services.light_model() if cfg.use_model else None
     ranker = None
     if cfg.body_search:
@@ -154,18 +160,49 @@ def _recall(services: RecallRoot, user_id: str, agent_type: str, query: str, ses
     chosen = find_relevant_memories(query, combined, already_surfaced=surfaced, model=model,
                                     max_files=cfg.max_files, timeout=cfg.model_timeout,
                                     max_candidates=cfg.max_candidates, model_above=cfg.model_above,
-                                    on_path=lambda path: setattr(op, "path", path), ranker=ranker,
+                                    on_path=on_path, ranker=ranker,
                                     snippets=_LazySnippets(ranker) if ranker is not None else None,
                                     confident_margin=cfg.confident_margin)
     if not chosen:
+        _note(services, user_id, agent_type, session_id, query, paths, ranker, chosen, (), len(surfaced))
         return EMPTY
     text, rendered = load_recalled(own, chosen, config=cfg, shared=shared, entries=combined.entries,
                                    executor=services.io, bodies=bodies)
     files = tuple(r.file for r in rendered)
-    if tracker is not None and session_id and files:
-        tracker.mark(session_id, files, user_id=user_id, agent_type=agent_type)
+    _note(services, user_id, agent_type, session_id, query, paths, ranker, chosen, files, len(surfaced))
     log.debug("recall for %s/%s: chose %s, rendered %s", user_id, agent_type, chosen, files)
     return RecallResult(text, files, tuple(chosen))
+
+
+def _note(services: RecallRoot, user_id: str, agent_type: str, session_id: str | None, query: str,
+          paths: list[str], ranker: PlaceRanker | None, chosen: list[str], files: tuple[str, ...],
+          surfaced: int) -> None:
+    """Mark ``files`` surfaced in the session, and record when they were recalled and (with a
+    session) why: one Redis round trip, or this pod's memory (``insight``); never the store."""
+    tracker = services.surfaced_tracker()
+    decision = _decision(query, paths, ranker, chosen, files, surfaced) if session_id else None
+    if session_id and files:
+        tracker.mark(session_id, files, user_id=user_id, agent_type=agent_type, decision=decision)
+        return
+    try:
+        tracker.insight.record(user_id, agent_type, files, session_id=session_id, decision=decision)
+    except Exception as exc:  # insight is for people; recall goes on without it
+        log.info("recall: could not record recall insight (%s: %s)", type(exc).__name__, exc)
+
+
+def _decision(query: str, paths: list[str], ranker: PlaceRanker | None, chosen: list[str],
+              files: tuple[str, ...], surfaced: int) -> RecallDecision | None:
+    """What the ranker last computed and which path chose, for the "why" view (None: not available)."""
+    try:
+        path = paths[-1] if paths else "none"
+        if ranker is None:
+            return decision_of(query, path, chosen, files, surfaced=surfaced)
+        return decision_of(query, "floor" if ranker.last_floor else path, chosen, files, surfaced=surfaced,
+                           ranked=ranker.last_ranked, lexical=ranker.last_lexical,
+                           similarities=ranker.last_similarities, fused=ranker.last_fused)
+    except Exception as exc:  # insight is for people; recall goes on without it
+        log.info("recall: could not describe the recall decision (%s: %s)", type(exc).__name__, exc)
+        return None
 
 
 def recall_for_query(

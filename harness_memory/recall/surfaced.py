@@ -21,6 +21,8 @@ from collections import OrderedDict
 from collections.abc import Iterable
 
 from ..redis_client import REDIS_ERRORS, RedisClient
+from .insight import RecallDecision, RecallInsight
+from .redis_gate import RedisGate
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +48,10 @@ class SurfacedTracker:
         self.retry_after_seconds = retry_after_seconds
         self._local: OrderedDict[str, tuple[float, set[str]]] = OrderedDict()
         self._lock = threading.Lock()
-        self._redis_down_until = 0.0
+        self._gate = RedisGate(client, retry_after_seconds)
+        # when each memory was last recalled, and why a session got what it got (``insight``)
+        self.insight = RecallInsight(client, key_prefix=key_prefix, ttl_seconds=ttl_seconds,
+                                     max_sessions=max_sessions, gate=self._gate)
 
     def __deepcopy__(self, memo: dict[int, object]) -> SurfacedTracker:
         return self  # shared state, never copied (AgentOS deep-copies hooks)
@@ -72,29 +77,39 @@ class SurfacedTracker:
                 self._redis_failed(exc)
         return local
 
-    def mark(self, session_id: str, files: Iterable[str], *, user_id: str, agent_type: str = "default") -> None:
-        """Remember ``files`` as surfaced in this session (refreshes the session's TTL)."""
+    def mark(self, session_id: str, files: Iterable[str], *, user_id: str, agent_type: str = "default",
+             decision: RecallDecision | None = None) -> None:
+        """Remember ``files`` as surfaced in this session (refreshes the session's TTL); with a
+        ``decision``, also note them as recalled now and keep the decision (``insight``), in the
+        same round trip."""
         names = [f for f in files if f]
-        if not names:
+        if not names and decision is None:
             return
         client = self._redis()
         if client is not None:
             key = self.key(session_id, user_id, agent_type)
             try:
                 pipe = client.pipeline(transaction=False)
-                pipe.sadd(key, *names)
-                pipe.expire(key, self.ttl_seconds)
+                if names:
+                    pipe.sadd(key, *names)
+                    pipe.expire(key, self.ttl_seconds)
+                if decision is not None:
+                    self.insight.queue(pipe, user_id, agent_type, names, session_id=session_id, decision=decision)
                 pipe.execute()
                 return
             except REDIS_ERRORS as exc:
                 self._redis_failed(exc)
-        self._local_add(self.scope(session_id, user_id, agent_type), names)
+        if names:
+            self._local_add(self.scope(session_id, user_id, agent_type), names)
+        if decision is not None:
+            self.insight.remember(user_id, agent_type, names, session_id=session_id, decision=decision)
 
     def forget(self, session_id: str, *, user_id: str, agent_type: str = "default") -> None:
         """Drop a session's record (e.g. when the session is cleared)."""
         scope = self.scope(session_id, user_id, agent_type)
         with self._lock:
             self._local.pop(scope, None)
+        self.insight.forget_session(session_id, user_id=user_id, agent_type=agent_type)
         client = self._redis()
         if client is not None:
             try:
@@ -104,15 +119,10 @@ class SurfacedTracker:
 
     # -- internals --------------------------------------------------------------------------
     def _redis(self) -> RedisClient | None:
-        if self.client is None or time.monotonic() < self._redis_down_until:
-            return None
-        return self.client
+        return self._gate.get()
 
     def _redis_failed(self, exc: Exception) -> None:
-        if self._redis_down_until == 0.0 or time.monotonic() >= self._redis_down_until:
-            log.warning("recall: Redis unavailable for surfaced-file tracking (%s); using this pod's memory "
-                        "for %.0f s", exc, self.retry_after_seconds)
-        self._redis_down_until = time.monotonic() + self.retry_after_seconds
+        self._gate.failed(exc, "surfaced-file tracking")
 
     def _local_get(self, scope: str) -> frozenset[str]:
         now = time.monotonic()

@@ -79,8 +79,8 @@ def add_routes(router: APIRouter, ctx: ServerContext) -> None:
         ("/shared/projects/{project}/memory", ctx.shared_auto_dir_dep(), "shared memory (admin)"),
     )
     for path, resolve, tag in places:
-        add_place_routes(router, path, resolve, tag)
-        add_field_routes(router, path, resolve, tag)
+        add_place_routes(router, path, resolve, tag, recalled=ctx.last_recalled)
+        add_field_routes(router, path, resolve, tag, recalled=ctx.last_recalled)
         add_place_transfer_routes(router, path, resolve, tag, ctx)
         add_safety_routes(router, path, resolve, tag)
         add_place_embedding_routes(router, path, resolve, tag, ctx)

@@ -16,7 +16,7 @@ from fastapi import Depends, Header, Path, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
 from ..config import MemoryConfig, ServerConfig
-from ..layout import Place
+from ..layout import Place, PlaceKind
 from ..memdir import MemoryDir
 from ..services import MemoryServices
 from .auth import API_KEY_HEADER, WID_HEADER, Caller, authenticate, require_admin, resolve_user
@@ -54,6 +54,17 @@ class ServerContext:
 
         Raises ModelNotConfigured (-> 503 naming the settings) while no model is configured."""
         return self.services.agent_model(required=True)
+
+    def last_recalled(self, place: Place, files: list[str]) -> dict[str, float]:
+        """file -> when recall last put it into a conversation of the place's user (a user's agent
+        memory only: shared memories are recalled per user, under ``shared/<file>``). Never raises."""
+        if place.kind is not PlaceKind.USER_AGENT or not place.user_id:
+            return {}
+        try:
+            insight = self.services.surfaced_tracker().insight
+            return insight.last_recalled(place.user_id, place.agent_type or "default", files)
+        except Exception:  # insight only: the listing must not fail for it
+            return {}
 
     # -- dependencies -------------------------------------------------------------------------
     def caller_dep(self) -> Callable[..., Caller]:

@@ -49,6 +49,9 @@ class FileEntry(BaseModel):
     created_at: float
     updated_at: float
     extra: dict[str, Any] = Field(default_factory=dict, description="Frontmatter extras kept in the index.")
+    last_recalled: float | None = Field(None, description="When recall last put this memory into one of the "
+                                        "user's conversations (unix seconds; None: not recalled lately, or not "
+                                        "a user's agent memory). Kept in Redis or the serving pod, not the store.")
 
 
 class PlaceInfo(BaseModel):

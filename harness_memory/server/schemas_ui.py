@@ -27,6 +27,8 @@ class MemoryForm(BaseModel):
     created_at: float | None = Field(None, description="When the memory was first saved (its index entry).")
     origin: str = Field("assistant", description="Who wrote this version: `assistant` (its tools, in a "
                         "conversation), `person` (this page), `api`, `cli`, `import`, `snapshot` or `restore`.")
+    last_recalled: float | None = Field(None, description="When recall last put this memory into one of the "
+                                        "user's conversations (unix seconds; None: not lately).")
 
 
 class MemoryFormIn(_Strict):
@@ -44,6 +46,35 @@ class SessionRecalled(BaseModel):
     session_id: str
     agent_type: str
     files: list[str] = Field(description="Files of the user's agent memory recalled in this session (sorted).")
+
+
+class RankedCandidate(BaseModel):
+    """One memory as recall ranked it (None: that score was not computed for this recall)."""
+
+    file: str
+    lexical: float | None = Field(None, description="BM25 score over name, description and body.")
+    semantic: float | None = Field(None, description="Best-chunk cosine similarity (semantic tier only).")
+    fused: float | None = Field(None, description="The fused score the ranking ordered by (semantic tier only).")
+
+
+class SessionWhy(BaseModel):
+    """Why the last recall of a session put in what it did (kept with the session's TTL)."""
+
+    session_id: str
+    agent_type: str
+    recorded: bool = Field(description="False: no recall recorded for this session (none yet, or expired).")
+    at: float | None = Field(None, description="When that recall ran (unix seconds).")
+    query: str = Field("", description="The message recall ranked for (cut at 300 characters).")
+    path: str | None = Field(None, description="What chose: `model` (the light model), `fallback` (it was "
+                             "asked but failed: the ranking chose), `confident` (the ranking was clear), `slow` "
+                             "(the model could not meet the deadline), `lexical` (no model, or few memories), "
+                             "`floor` (nothing relevant enough) or `none`.")
+    model_asked: bool = False
+    model_picked: list[str] | None = Field(None, description="The light model's choice when it answered.")
+    chosen: list[str] = Field(default_factory=list, description="What selection returned, best first.")
+    recalled: list[str] = Field(default_factory=list, description="What went into the context (fit in the budget).")
+    surfaced_before: int = Field(0, description="Memories skipped: already recalled earlier in the session.")
+    candidates: list[RankedCandidate] = Field(default_factory=list, description="The ranking, best first (≤ 20).")
 
 
 class WhoAmI(BaseModel):

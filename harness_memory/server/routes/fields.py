@@ -22,7 +22,7 @@ from ...memdir.model import MAX_DESCRIPTION_CHARS, MAX_NAME_CHARS, clean_line, c
 from ..errors import ApiError
 from ..schemas import ERRORS, SavedFile
 from ..schemas_ui import MemoryForm, MemoryFormIn
-from .files import FilePath, entry_out
+from .files import FilePath, Recalled, entry_out
 
 #: What the form says for a field a person left wrong (the tools' messages speak to the model).
 FIELD_HINTS = {
@@ -55,8 +55,10 @@ def check_fields(file: str, body: MemoryFormIn) -> None:
         raise field_error("type", FIELD_HINTS["type"])
 
 
-def add_field_routes(router: APIRouter, prefix: str, resolve: Callable[..., MemoryDir], tag: str) -> None:
-    """``GET|PUT {prefix}/fields/{file}`` for the place kind below ``prefix``."""
+def add_field_routes(router: APIRouter, prefix: str, resolve: Callable[..., MemoryDir], tag: str, *,
+                     recalled: Recalled | None = None) -> None:
+    """``GET|PUT {prefix}/fields/{file}`` for the place kind below ``prefix`` (``recalled``: fills
+    ``last_recalled``)."""
     Dir = Annotated[MemoryDir, Depends(resolve)]
     opts: dict[str, Any] = {"tags": [tag], "responses": ERRORS}
     one = prefix + "/fields/{file:path}"
@@ -73,7 +75,8 @@ def add_field_routes(router: APIRouter, prefix: str, resolve: Callable[..., Memo
         return MemoryForm(file=result.file, name=memory.name, description=memory.description,
                           type=memory.type.value, body=memory.body, extra=memory.extra, etag=result.etag,
                           last_modified=result.last_modified, created_at=entry.created_at if entry else None,
-                          origin=kept.origin_of(manifest, result.file))
+                          origin=kept.origin_of(manifest, result.file),
+                          last_recalled=(recalled(mdir.place, [result.file]) if recalled else {}).get(result.file))
 
     @router.put(one, response_model=SavedFile, summary="Save a memory file from form fields", **opts)
     def save_fields(mdir: Dir, file: FilePath, body: MemoryFormIn, response: Response,

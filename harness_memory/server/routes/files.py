@@ -52,10 +52,14 @@ def place_info(place: Place) -> PlaceInfo:
                      agent_type=place.agent_type, project=place.project)
 
 
-def entry_out(entry: ManifestEntry) -> FileEntry:
+def entry_out(entry: ManifestEntry, last_recalled: float | None = None) -> FileEntry:
     return FileEntry(file=entry.file, name=entry.name, description=entry.description, type=entry.type,
                      size=entry.size, created_at=entry.created_at, updated_at=entry.updated_at,
-                     extra=dict(entry.extra))
+                     extra=dict(entry.extra), last_recalled=last_recalled)
+
+
+#: file -> when recall last put it into a conversation (``ServerContext.last_recalled``).
+Recalled = Callable[[Place, list[str]], dict[str, float]]
 
 
 def filter_entries(entries: list[ManifestEntry], type_: str | None, q: str | None, order: str,
@@ -93,8 +97,10 @@ def _not_found(mdir: MemoryDir, file: str) -> ApiError:
     return ApiError(404, f"there is no memory file {file!r} in {place_path(mdir.place)}", "not_found")
 
 
-def add_place_routes(router: APIRouter, prefix: str, resolve: Callable[..., MemoryDir], tag: str) -> None:
-    """The file endpoints below ``prefix`` (which holds the place's path parameters)."""
+def add_place_routes(router: APIRouter, prefix: str, resolve: Callable[..., MemoryDir], tag: str, *,
+                     recalled: Recalled | None = None) -> None:
+    """The file endpoints below ``prefix`` (which holds the place's path parameters); ``recalled``
+    fills each listed file's ``last_recalled``."""
     Dir = Annotated[MemoryDir, Depends(resolve)]
     opts: dict[str, Any] = {"tags": [tag], "responses": ERRORS}
     one = prefix + "/files/{file:path}"
@@ -110,7 +116,9 @@ def add_place_routes(router: APIRouter, prefix: str, resolve: Callable[..., Memo
             types[e.type] = types.get(e.type, 0) + 1
         chosen = filter_entries(matched, type, None, order)
         page = chosen[offset:] if limit is None else chosen[offset:offset + limit]
-        return FileList(place=place_info(mdir.place), count=len(page), files=[entry_out(e) for e in page],
+        last = recalled(mdir.place, [e.file for e in page]) if recalled is not None and page else {}
+        return FileList(place=place_info(mdir.place), count=len(page),
+                        files=[entry_out(e, last.get(e.file)) for e in page],
                         matched=len(chosen), types=types, total=len(entries))
 
     @router.delete(prefix, response_model=Cleared, summary="Clear: delete every memory file and the index", **opts)

@@ -16,7 +16,7 @@ from ...session.binding import bind_session
 from ..auth import Caller
 from ..deps import ServerContext
 from ..schemas import ERRORS, NewSession, SessionDebug
-from ..schemas_ui import SessionRecalled
+from ..schemas_ui import RankedCandidate, SessionRecalled, SessionWhy
 
 SessionPath = Annotated[str, PathParam(description="The session id.", max_length=128)]
 Messages = Annotated[bool, Query(description="Include the last buffered messages.")]
@@ -48,6 +48,22 @@ def add_session_routes(router: APIRouter, ctx: ServerContext) -> None:
         tracker = ctx.services.surfaced_tracker()
         files = await run_in_threadpool(tracker.surfaced, bound, user_id=user, agent_type=agent_type)
         return SessionRecalled(session_id=session_id, agent_type=agent_type, files=sorted(files))
+
+    @router.get("/users/{user_id}/sessions/{session_id}/why", **opts, response_model=SessionWhy,
+                summary="Why the last recall of one of the user's sessions chose what it did")
+    async def why(user: User, session_id: SessionPath,
+                  agent_type: Annotated[str, Query(max_length=128)] = "default") -> SessionWhy:
+        bound, _ = bind_session(user, session_id, ctx.config.session.bind_to_user)
+        insight = ctx.services.surfaced_tracker().insight
+        d = await run_in_threadpool(insight.decision, bound, user_id=user, agent_type=agent_type)
+        if d is None:
+            return SessionWhy(session_id=session_id, agent_type=agent_type, recorded=False)
+        return SessionWhy(session_id=session_id, agent_type=agent_type, recorded=True, at=d.at, query=d.query,
+                          path=d.path, model_asked=d.model_asked,
+                          model_picked=list(d.model_picked) if d.model_picked is not None else None,
+                          chosen=list(d.chosen), recalled=list(d.recalled), surfaced_before=d.surfaced_before,
+                          candidates=[RankedCandidate(file=c.file, lexical=c.lexical, semantic=c.semantic,
+                                                      fused=c.fused) for c in d.candidates])
 
     @router.delete("/users/{user_id}/sessions/{session_id}", **opts, status_code=status.HTTP_204_NO_CONTENT,
                    summary="Forget a session: its buffer, cached and stored summary")

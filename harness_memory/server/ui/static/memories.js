@@ -188,11 +188,49 @@ function recalledBox(place) {
       out.append(data.files.length ? h('ul', { id: 'recalled-files' }, data.files.map((f) => h('li', {},
         f.startsWith('shared/') ? f : h('a', { href: `#/${place.route}/${encodeURIComponent(f)}` }, f))))
         : h('p', { class: 'empty' }, 'No memory was recalled in that conversation (or it has expired).'));
+      const why = await api('GET', `${place.sessions}/${seg(input.value.trim())}/why?agent_type=` +
+        encodeURIComponent(place.agentType));
+      if (why.recorded) out.append(whyBox(why));
     } catch (e) { out.append(h('p', { class: 'error' }, e.message)); }
   };
   return h('details', { class: 'recalled' }, h('summary', {}, 'Which memories were recalled in a conversation?'),
     h('form', { class: 'row', id: 'recalled-form', on: { submit: show } }, input,
       h('button', { type: 'submit', class: 'small secondary' }, 'Show')), out);
+}
+
+// What chose the memories of a conversation's last recall, in words (the `path` the server records).
+const PATHS = {
+  model: 'the assistant’s light model picked them from the ranking below',
+  fallback: 'the light model was asked but did not answer usably, so the ranking below chose',
+  confident: 'the ranking below was clear, so the light model was not asked',
+  slow: 'the light model is too slow right now, so the ranking below chose',
+  lexical: 'the ranking below chose (no light model, or only a few memories)',
+  floor: 'nothing was relevant enough to the message',
+  none: 'nothing matched',
+};
+const score = (x) => (x === null || x === undefined ? '—' : x.toFixed(3));
+
+// Why the last recall of a session put in what it did: the message, who chose, the ranking.
+function whyBox(why) {
+  const picked = new Set(why.chosen);
+  const table = why.candidates.length ? h('table', { id: 'why-ranking', class: 'why-table' },
+    h('caption', {}, 'Ranking, best first'),
+    h('thead', {}, h('tr', {}, ['Memory', 'Words (BM25)', 'Meaning (cosine)', 'Fused', 'Chosen'].map((t) =>
+      h('th', { scope: 'col' }, t)))),
+    h('tbody', {}, why.candidates.map((c) => h('tr', { dataset: { file: c.file } },
+      h('td', {}, c.file), h('td', {}, score(c.lexical)), h('td', {}, score(c.semantic)), h('td', {}, score(c.fused)),
+      h('td', {}, picked.has(c.file) ? 'yes' : ''))))) : null;
+  return h('div', { id: 'why', class: 'why' },
+    h('h3', {}, 'Why these were recalled'),
+    h('p', { id: 'why-query' }, `Last message (${when(why.at)}): “${why.query}”`),
+    h('p', { id: 'why-path', dataset: { path: why.path || 'none' } }, `How: ${PATHS[why.path] || why.path}.`),
+    h('p', { id: 'why-model' }, why.model_asked
+      ? (why.model_picked ? `The light model was asked and picked: ${why.model_picked.join(', ') || 'nothing'}.`
+        : 'The light model was asked but its answer was not used.')
+      : 'The light model was not asked.'),
+    why.surfaced_before ? h('p', { class: 'muted' },
+      `${why.surfaced_before} memories were left out: already recalled earlier in this conversation.`) : null,
+    table);
 }
 
 function row(place, f, selected, changed) {
@@ -203,7 +241,8 @@ function row(place, f, selected, changed) {
     h('div', { class: 'row spread' },
       h('span', { class: 'row' }, box,
         h('a', { class: 'memory-name', href: `#/${place.route}/${encodeURIComponent(f.file)}` }, f.name)),
-      h('span', { class: 'muted' }, `${f.type} · ${bytes(f.size)} · changed ${when(f.updated_at)}`)),
+      h('span', { class: 'muted' }, `${f.type} · ${bytes(f.size)} · changed ${when(f.updated_at)}` +
+        (f.last_recalled ? ` · recalled ${when(f.last_recalled)}` : ''))),
     h('p', { class: 'memory-desc' }, f.description));
 }
 
@@ -261,6 +300,9 @@ export async function memoryView(view, place, file, back) {
     h('p', { class: 'muted', id: 'read-meta' }, `${place.label}/${form.file}` +
       (form.created_at ? ` · saved first ${when(form.created_at)}` : '') +
       ` · this version by ${originWords(form.origin)}, ${when(form.last_modified)}` + origin(form.extra)),
+    place.sessions ? h('p', { class: 'muted', id: 'read-recalled' }, form.last_recalled
+      ? `Last recalled into a conversation ${when(form.last_recalled)}.` : 'Not recalled into a conversation lately.')
+      : null,
     body, more, err,
     h('div', { class: 'row actions' },
       place.editable ? h('a', { class: 'button', href: `#/${place.editRoute}/${seg(form.file)}`, id: 'edit' }, 'Edit') : null,
