@@ -93,7 +93,10 @@ def fuse_scores(lexical: Sequence[ScoredFile], similarities: Mapping[str, float]
     sims = np.fromiter((similarities[n] for n in names), dtype=np.float64, count=len(names))
     base = float(np.median(sims))
     top = float(sims.max())
-    span = max(top - base, 1e-6)
+    # The best cosine maps to exactly 1 (x / x == 1.0 in floats): a memory first by meaning and by
+    # words then scores 1.0, the most any memory can, so the fusion never ranks it below another.
+    # A floor under ``span`` broke that when the cosines were nearly tied.
+    span = top - base
     words = {s.file: s.score for s in lexical}
     best_words = max(words.values(), default=0.0)
     order = np.argsort(-sims, kind="stable")[:DENSE_CANDIDATES]
@@ -103,7 +106,7 @@ def fuse_scores(lexical: Sequence[ScoredFile], similarities: Mapping[str, float]
         w = weight_for(int(lengths.get(name, 0)), params)
         lex = words.get(name, 0.0) / best_words if best_words > 0 else 0.0
         cos = similarities.get(name)
-        dense = min(1.0, max(0.0, (cos - base) / span)) if cos is not None else 0.0
+        dense = min(1.0, max(0.0, (cos - base) / span)) if cos is not None and span > 0 else 0.0
         scored.append(ScoredFile(name, (1 - w) * lex + w * dense))
     scored.sort(key=lambda s: (-s.score, s.file))
     return scored[:k]
