@@ -26,9 +26,12 @@ data rather than from a list of tricks (``escape_tables.py`` is generated from i
    ``[会话历史摘要]`` → ``[not a marker: 会话历史摘要]``. A replacement holds no bracket, entity
    or ignorable, so the result read the same aggressive way holds none of ours.
 
-Linear: a fixed number of passes of C-speed string operations (a regex per pass, NFKC,
-``html.unescape``, ``str.translate``) over the text, and one slice per tag found; a hostile
-text costs about what a benign one of the same size does (``bench/bench_escape.py``).
+Linear: a fixed number of passes of C-speed string operations (a regex per pass, NFKC on the
+runs it changes, ``html.unescape``, ``str.replace``, ``str.translate``) over the text; what
+hostile text repeats (our tags as we write them, runs of ignorables or full-width characters) is
+replaced with ``str.replace``, other finds cost one cached look-up each. A hostile text costs at
+most ~1.5× the benign text memories hold, 2–5× English prose (``bench/bench_escape.py``,
+``docs/security-model.md``).
 ``inline`` also folds newlines so a field stays on its line; ``fenced`` picks a fence longer
 than any backtick run inside; ``json_data`` escapes every string before ``json.dumps``.
 
