@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import unicodedata
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from harness_memory import escape
@@ -123,6 +123,8 @@ def test_text_without_anything_tag_like_is_returned_as_it_was(text: str) -> None
 @given(FILLER, hostile_tag(), FILLER)
 def test_a_neutralised_tag_reads_as_what_it_is(before: str, tag: str, after: str) -> None:
     """Not a look-alike: the neutral form names the tag and says it is not one."""
+    # the filler may complete the tag's last entity into another character ("&#62" + "0" is "&#620")
+    assume(reader.tags_in(tag)[0] in reader.tags_in(before + tag + after))
     out = escape_tags(before + tag + after)
     name = reader.tags_in(tag)[0].strip("</>")
     assert f"[not a tag: {'/' if reader.tags_in(tag)[0].startswith('</') else ''}{name}]" in out
