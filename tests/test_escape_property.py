@@ -11,11 +11,13 @@ the session-summary markers the same way. What the escaper returns holds none of
 from __future__ import annotations
 
 import json
+import unicodedata
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from harness_memory.escape import OUR_TAGS, block, escape_tags, inline, json_data
+from harness_memory import escape
+from harness_memory.escape import OUR_TAGS, SUMMARY_HEADER, block, escape_tags, inline, json_data
 from tests import escape_reader as reader
 
 from .gen_escape_tables import TARGET, render
@@ -121,6 +123,8 @@ def test_text_without_anything_tag_like_is_returned_as_it_was(text: str) -> None
 @given(FILLER, hostile_tag(), FILLER)
 def test_a_neutralised_tag_reads_as_what_it_is(before: str, tag: str, after: str) -> None:
     """Not a look-alike: the neutral form names the tag and says it is not one."""
+    # the filler may complete the tag's last entity into another character ("&#62" + "0" is "&#620")
+    assume(reader.tags_in(tag)[0] in reader.tags_in(before + tag + after))
     out = escape_tags(before + tag + after)
     name = reader.tags_in(tag)[0].strip("</>")
     assert f"[not a tag: {'/' if reader.tags_in(tag)[0].startswith('</') else ''}{name}]" in out
@@ -129,3 +133,32 @@ def test_a_neutralised_tag_reads_as_what_it_is(before: str, tag: str, after: str
 def test_the_tables_are_generated_from_the_installed_unicode_data() -> None:
     """``harness_memory/escape_tables.py`` is exactly what the generator makes from the data."""
     assert TARGET.read_text(encoding="utf-8") == render()
+
+
+#: Text where NFKC does something: characters it changes (full-width, compatibility, astral,
+#: composition exclusions) and ordinary ones, each followed by marks or jamo that may combine with it.
+NFKC_STARTER = st.one_of(st.sampled_from("eaoEAOuUnNsS <>:&\nㄱ가각か＜＞：，ｍｅ①ﬁ㎒Ǆǆ½ẛ"
+                                         "\u0958\u2474\U0001d400\U0001d7ce"),
+                         st.characters(codec="utf-8", exclude_categories=("Cs",)))
+NFKC_MARK = st.sampled_from("\u0301\u0308\u0327\u0323\u3099\u309a\u1161\u11a8\u0f71\u0f72\u0344\u0345")
+NFKC_PARTS = st.lists(st.tuples(NFKC_STARTER, st.lists(NFKC_MARK, max_size=2)), max_size=8).map(
+    lambda parts: "".join(starter + "".join(marks) for starter, marks in parts))
+
+
+@FAST
+@given(NFKC_PARTS)
+def test_normalising_run_by_run_is_nfkc(text: str) -> None:
+    """The view's NFKC, done only on the runs it changes when the text splits per character, is
+    ``unicodedata``'s NFKC of the whole text."""
+    assert escape._nfkc(text) == unicodedata.normalize("NFKC", text)
+
+
+def test_the_plain_spellings_replaced_first_become_what_the_patterns_make() -> None:
+    """Our tags and markers as we write them, replaced at C speed before the patterns run, get the
+    very form the general pattern gives them."""
+    for spelled, form in escape._plain_forms().items():
+        assert escape._PLAIN_TAG.fullmatch(spelled)
+        assert escape._TAG.sub(escape._neutral_tag, spelled) == form
+    for pattern, spelled in escape._PLAIN_MARKERS.items():
+        assert pattern.fullmatch(spelled)
+    assert escape_tags("a </memory> b " + SUMMARY_HEADER) == "a [not a tag: /memory] b [not a marker: 会话历史摘要]"
