@@ -368,9 +368,13 @@ class MemoryServices:
             return self._surfaced
 
     # -- lifecycle ------------------------------------------------------------------------
-    def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
+    def close(self, timeout: float | None = None) -> None:
         """Drain and stop every part, in the order in the module docstring. Idempotent; no
-        thread of these services runs afterwards."""
+        thread of these services runs afterwards. ``timeout`` bounds each drain; by default
+        session memory gets ``CLOSE_TIMEOUT`` and auto memory its own deadline, sized to the
+        extraction model's measured latency (``AutoMemory.shutdown_deadline``: a 1.5B model on a
+        CPU needs a minute per update, a hosted one a second); what it cannot finish is kept in
+        the store for the next start."""
         with self._lock:
             if self._closed:
                 return
@@ -378,7 +382,7 @@ class MemoryServices:
             session, auto = self._session, self._auto
         _live.discard(self)
         if session is not None:
-            _quietly("session memory", lambda: session.close(timeout=timeout))
+            _quietly("session memory", lambda: session.close(timeout=CLOSE_TIMEOUT if timeout is None else timeout))
         if auto is not None:  # flush pending auto-memory updates while the store still answers
             _quietly("auto memory", lambda: auto.close(timeout))
         _quietly("work executor", lambda: self.work.shutdown(wait=True, cancel_futures=True))
@@ -447,7 +451,7 @@ def services_for(config: MemoryConfig) -> MemoryServices:
 def _close_at_exit() -> None:
     """Flush pending memory work when the interpreter exits (the only atexit hook we keep)."""
     for svc in list(_live):
-        _quietly("services", lambda s=svc: s.close(timeout=5.0))
+        _quietly("services", lambda s=svc: s.close())  # auto memory's deadline follows its model
 
 
 __all__ = ["SHARED_VIEW_TTL", "MemoryServices", "services_for"]
