@@ -21,6 +21,7 @@ import pytest
 os.environ["AGNO_TELEMETRY"] = "false"  # before any test imports agno
 
 from harness_memory.config import MemoryConfig
+from harness_memory.services import MemoryServices
 from harness_memory.storage import CosStore, LocalStore, ObjectStore
 from tests.redis_topologies import topology_settings
 from tests.servers import RedisServer, SeaweedFS
@@ -148,3 +149,19 @@ def make_config(request: pytest.FixtureRequest, tmp_path: Path) -> MakeConfig:
         return MemoryConfig.load(env={}, **data)
 
     return factory
+
+
+@pytest.fixture
+def services(make_config: MakeConfig) -> Iterator[Callable[..., MemoryServices]]:
+    """Build services for a test (``services("cos", redis=True, recall={...})``), all closed after
+    it. A test module may define its own ``services`` fixture of another shape."""
+    made: list[MemoryServices] = []
+
+    def factory(backend: str = "local", **sections: Any) -> MemoryServices:
+        svc = MemoryServices.from_config(make_config(backend, **sections))
+        made.append(svc)
+        return svc
+
+    yield factory
+    for svc in made:
+        svc.close()

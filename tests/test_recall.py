@@ -71,20 +71,6 @@ def model_config(llm_server: ScriptedLLM, **recall: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def services(make_config: Callable[..., MemoryConfig]) -> Iterator[Callable[..., MemoryServices]]:
-    made: list[MemoryServices] = []
-
-    def factory(backend: str = "local", redis: bool = False, **sections: Any) -> MemoryServices:
-        svc = MemoryServices.from_config(make_config(backend, redis=redis, **sections))
-        made.append(svc)
-        return svc
-
-    yield factory
-    for svc in made:
-        svc.close()
-
-
-@pytest.fixture
 def own(local_store: LocalStore) -> MemoryDir:
     return MemoryDir(local_store, Place.user_agent("u1", "default"))
 

@@ -44,20 +44,6 @@ def _fresh_cache() -> Iterator[None]:
     clear_cache()
 
 
-@pytest.fixture
-def services(make_config: Callable[..., MemoryConfig]) -> Iterator[Callable[..., MemoryServices]]:
-    made: list[MemoryServices] = []
-
-    def factory(backend: str = "local", **sections: Any) -> MemoryServices:
-        svc = MemoryServices.from_config(make_config(backend, **sections))
-        made.append(svc)
-        return svc
-
-    yield factory
-    for svc in made:
-        svc.close()
-
-
 def stored_index(svc: MemoryServices, user: str = "u1") -> SearchIndex:
     return search_stored_index(svc.user_agent_dir(user))
 

@@ -17,7 +17,6 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from harness_memory.config import MemoryConfig
 from harness_memory.recall import recall
 from harness_memory.recall import semantic as semantic_mod
 from harness_memory.recall.fusion import FusionParams, fuse_scores, weight_for
@@ -50,20 +49,6 @@ def _fresh_cache() -> Iterator[None]:
     clear_cache()
     yield
     clear_cache()
-
-
-@pytest.fixture
-def services(make_config: Callable[..., MemoryConfig]) -> Iterator[Callable[..., MemoryServices]]:
-    made: list[MemoryServices] = []
-
-    def factory(backend: str = "local", **sections: Any) -> MemoryServices:
-        svc = MemoryServices.from_config(make_config(backend, **sections))
-        made.append(svc)
-        return svc
-
-    yield factory
-    for svc in made:
-        svc.close()
 
 
 def embed_config(llm: ScriptedLLM, **embed: Any) -> dict[str, Any]:
