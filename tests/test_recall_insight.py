@@ -26,11 +26,8 @@ from harness_memory.services import MemoryServices, services_for
 from harness_memory.session.binding import bind_session
 from tests.fakellm import ScriptedLLM, text
 
-from . import test_recall
 from .test_recall import SEED, model_config, seed
 from .test_server_memory import ADMIN, BASE, api
-
-services = test_recall.services  # the module's services factory fixture, shared
 
 
 @pytest.fixture
