@@ -163,6 +163,7 @@ def make_agent_model(cfg: ModelConfig, *,
         api_key=key or _NO_KEY,
         timeout=cfg.model_timeout,
         max_retries=1,
+        temperature=cfg.temperature,
     )
     model.text_tool_calls = cfg.text_tool_calls
     model.text_call_stats = TextCallStats(on_text_call)

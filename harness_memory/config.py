@@ -196,6 +196,13 @@ class ModelConfig(_Section):
         "object, `<tool_call>` or `<tools>`) into a real call when it names a tool offered in that request and "
         "its arguments match the tool's schema (small local models on llama.cpp / Ollama); anything else stays "
         "text. On by default with `model_profile: local`.")
+    temperature: float | None = Field(
+        None, ge=0, le=2, description="Sampling temperature of the agent model harness-memory builds (unset: "
+        "the server's default). 0.2 with `model_profile: local`: a small model's tool-call shapes vary less "
+        "(llama-server's default is 0.8).")
+    light_temperature: float | None = Field(
+        None, ge=0, le=2, description="Sampling temperature of the light model (extractions, summaries, recall "
+        "picks; unset: the server's default). 0.2 with `model_profile: local`.")
     tokenizer: Literal["tiktoken", "offline", "estimate"] = Field(
         "tiktoken", description="Token counting: `tiktoken` (downloads its BPE file on first use; falls back "
         "to the estimate while it cannot), `offline` (tiktoken only from a verified cached file — "
@@ -386,7 +393,8 @@ class ObserveConfig(_Section):
 #: Qwen2.5-Coder 0.5B/1.5B on llama.cpp, 2 cores: an agent turn 50-113 s, an extraction 41-128 s, a
 #: summary up to 223 s, a recall pick 24-31 s). Only settings not given explicitly are changed.
 LOCAL_PROFILE: dict[str, dict[str, Any]] = {
-    "model": {"model_timeout": 600.0, "light_timeout": 600.0, "text_tool_calls": True},
+    "model": {"model_timeout": 600.0, "light_timeout": 600.0, "text_tool_calls": True, "temperature": 0.2,
+              "light_temperature": 0.2},
     "recall": {"model_timeout": 45.0},
     "agent": {"compact_prompt": True},
     # summary_max_chars also caps a summary's completion tokens (half of it): a small model that

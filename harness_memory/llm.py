@@ -146,12 +146,15 @@ class LightModel:
         timeout: float = 30.0,
         max_retries: int = 0,
         telemetry: Telemetry = DISABLED,
+        temperature: float | None = None,
     ) -> None:
         #: Records each call by purpose: latency, outcome, prompt and completion tokens.
         self.telemetry = telemetry
         self.model = model
         self.base_url = base_url
         self.timeout = timeout
+        #: Sent with every call when set (``model.light_temperature``); else the server's default.
+        self.temperature = temperature
         self._api_key = api_key or _NO_KEY
         self._max_retries = max_retries
         import openai  # here, not at import: a process that never calls a model (the CLI) skips ~0.6 s
@@ -176,7 +179,8 @@ class LightModel:
         if not model or not base_url:
             return None
         key = _secret(cfg.light_api_key) or _secret(cfg.api_key)
-        return cls(model=model, base_url=base_url, api_key=key, timeout=cfg.light_timeout, telemetry=telemetry)
+        return cls(model=model, base_url=base_url, api_key=key, timeout=cfg.light_timeout, telemetry=telemetry,
+                   temperature=cfg.light_temperature)
 
     def __repr__(self) -> str:
         return f"LightModel(model={self.model!r}, base_url={self.base_url!r})"
@@ -303,6 +307,8 @@ class LightModel:
             params["response_format"] = {"type": "json_object"}
         if max_tokens is not None:
             params["max_tokens"] = max_tokens
+        if self.temperature is not None:
+            params["temperature"] = self.temperature
         return params
 
     def _fail(self, exc: BaseException, timeout: float | None) -> LLMError:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -34,7 +35,7 @@ from .errors import (
 )
 from .escape import inline
 from .examples import FRONTMATTER_EXAMPLE, copied_example
-from .memdir import MemoryDir, MemoryFile, fill_missing_type, parse_memory
+from .memdir import MemoryDir, MemoryFile, fill_missing_fields, parse_memory, quote_plain_values
 from .observe import DISABLED, Telemetry, wrap_context
 from .tool_guard import RepeatGuard, once_per_run
 
@@ -61,8 +62,11 @@ def _friendly(action: str) -> Callable[[Callable[..., str]], Callable[..., str]]
                 return tools.telemetry.call("tool", tool, fn, args, kwargs, tools.own.place)
             except InvalidName as exc:
                 return f"Error: {exc}."
-            except MemoryFormatError as exc:
-                return f"Error: {exc}"
+            except MemoryFormatError as exc:  # nothing was written; a small model needs told to retry
+                if "again" in str(exc):  # the message already says what to do
+                    return f"Error: {exc}"
+                retry = f" Fix this and call {tool} again." if action in ("saved", "changed") else ""
+                return f"Error: {exc}\nNothing was {action}.{retry}"
             except ObjectNotFound:
                 name = kwargs.get("file_name", args[1] if len(args) > 1 else "")
                 return f"Error: there is no memory file named {name!r}. Call list_files to see what exists."
@@ -86,6 +90,22 @@ def _friendly(action: str) -> Callable[[Callable[..., str]], Callable[..., str]]
     return wrap
 
 
+def _filled_note(filled: dict[str, Any]) -> str:
+    """What ``fill_missing_fields`` filled in, said in the tool's answer (the model should know)."""
+    if not filled:
+        return ""
+    labels = {"type": "type", "name": "name", "description": "description", "body": "the memory text"}
+    parts = []
+    for key in labels:
+        if key == "type" and "type" in filled:
+            parts.append(f"type: {filled['type'].value} (from the file name)")
+        elif key in filled:
+            value = json.dumps(inline(filled[key].value)[:80], ensure_ascii=False)
+            parts.append(f"{labels[key]} {value} (from {filled[key].source})")
+    return (" The file lacked " + ", ".join(labels[k] for k in labels if k in filled)
+            + "; filled in: " + "; ".join(parts) + ".")
+
+
 def refuse_copied_examples(memory: MemoryFile | None) -> None:
     """Raise ``MemoryFormatError`` (a message the model can act on) when a memory's description or
     body is copied from our own examples or templates (``harness_memory.examples``).
@@ -95,6 +115,9 @@ def refuse_copied_examples(memory: MemoryFile | None) -> None:
     a label (``user_role``), and a real memory may well use the example's kind of name."""
     if memory is None:
         return
+    if not memory.body.strip():
+        raise MemoryFormatError("the memory text is empty: write the memory itself, in your own words, on the "
+                                "lines after the closing '---'. Nothing was saved; call save_file again.")
     problems = [f"the {what} {_short(text)}" for what, text in (("description", memory.description),
                                                               ("body", memory.body))
                 if copied_example(text) is not None]
@@ -175,12 +198,15 @@ class MemoryTools(Toolkit):
             What was saved, or an error message saying what to fix.
         """
         memdir, rel = self._route(file_name, write=True)
-        content, filled = fill_missing_type(content, rel)  # project_x.md without `type:` -> type: project
+        content, quoted = quote_plain_values(content)  # description: Atlas: freeze on … -> quoted
+        content, filled = fill_missing_fields(content, rel)  # project_x.md without `type:` -> type: project
         refuse_copied_examples(parse_memory(content) if isinstance(content, str) else None)
         result = memdir.save(rel, content)
         verb = "Created" if result.created else "Updated"
-        note = (f" The frontmatter had no type, so type: {filled.value} was filled in from the file name."
-                if filled is not None else "")
+        note = _filled_note(filled)
+        if quoted:
+            were = "they were" if len(quoted) > 1 else "it was"
+            note += f" The {' and '.join(quoted)} held YAML signs (':' or '#'), so {were} quoted."
         return (f"{verb} memory {file_name} ({result.entry.type}: {result.entry.description}). "
                 + _index_said(result.index_warning) + note)
 

@@ -271,3 +271,26 @@ def test_validate_names_the_field() -> None:
     assert "mode" in (validate({"n": 1, "mode": "c"}, schema, top=True) or "")
     assert "n" in (validate({"n": True}, schema, top=True) or "")  # a boolean is not an integer
     assert validate({"n": 2.0, "mode": None}, schema, top=True) is None  # 2.0 is an integer; null: default
+
+
+def test_profile_local_sends_a_low_temperature_to_both_models(make_config: Any, llm_server: ScriptedLLM) -> None:
+    """The local profile sends 0.2 to the agent and light models (a small model's call shapes and
+    JSON answers vary less; llama-server's default is 0.8); the hosted one sends none (the
+    provider's default); a temperature given explicitly wins."""
+    from harness_memory.services import MemoryServices
+
+    for profile, chosen, want in (("local", None, 0.2), ("hosted", None, None), ("local", 0.7, 0.7)):
+        extra = {} if chosen is None else {"temperature": chosen, "light_temperature": chosen}
+        cfg = make_config(model={"model": "m", "base_url": llm_server.base_url, "api_key": "k",
+                                 "model_profile": profile, **extra})
+        services = MemoryServices.from_config(cfg)
+        try:
+            llm_server.script(text("ok"), text("{}"))
+            Agent(model=services.agent_model(), telemetry=False).run("hi")
+            light = services.light_model()
+            assert light is not None
+            light.complete([{"role": "user", "content": "x"}])
+            agent_req, light_req = llm_server.chat_requests[-2:]
+            assert agent_req.body.get("temperature") == want and light_req.body.get("temperature") == want, profile
+        finally:
+            services.close()

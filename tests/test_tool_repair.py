@@ -21,7 +21,14 @@ from harness_memory.agent_model import make_agent_model
 from harness_memory.config import MemoryConfig, ModelConfig
 from harness_memory.examples import EXAMPLE_BODY, EXAMPLE_DESCRIPTION, FRONTMATTER_EXAMPLE, registry
 from harness_memory.layout import Place
-from harness_memory.memdir import MemoryDir, MemoryType, fill_missing_type, parse_memory
+from harness_memory.memdir import (
+    MemoryDir,
+    MemoryType,
+    fill_missing_fields,
+    fill_missing_type,
+    parse_memory,
+    quote_plain_values,
+)
 from harness_memory.observe import Telemetry
 from harness_memory.services import MemoryServices
 from harness_memory.storage import LocalStore
@@ -116,11 +123,11 @@ def test_a_missing_type_is_taken_from_the_file_name(tmp_path: Any) -> None:
     tools = MemoryTools(MemoryDir(store, Place.user_agent("u", "default")))
     answer = tools.save_file("project_atlas_code_freeze.md", NOTE)
     assert answer.startswith("Created memory project_atlas_code_freeze.md (project:")
-    assert "type: project was filled in from the file name" in answer
+    assert "lacked type; filled in: type: project (from the file name)" in answer
     saved = parse_memory(tools.own.read("project_atlas_code_freeze.md").text)
     assert saved.type is MemoryType.PROJECT and saved.body.startswith("No merges to atlas main")
     empty_type = NOTE.replace("---\n\n", "type: ''\n---\n\n", 1)
-    assert "type: feedback was filled in" in tools.save_file("feedback_reviews.md", empty_type)
+    assert "filled in: type: feedback (from the file name)" in tools.save_file("feedback_reviews.md", empty_type)
 
 
 def test_without_a_prefix_the_error_names_the_field_and_shows_no_example(tmp_path: Any) -> None:
@@ -141,7 +148,7 @@ def test_no_save_error_carries_an_example(content: str, name: str) -> None:
     """Whatever a model writes, a refusal never hands it text from our examples to copy back."""
     for text_ in (content, "---\n" + content, "---\n" + content + "\n---\nbody"):
         try:
-            fixed, _ = fill_missing_type(text_, name)
+            fixed, _ = fill_missing_fields(quote_plain_values(text_)[0], name)  # the save tool's repairs
             parse_memory(fixed)
         except Exception as exc:
             message = str(exc)
@@ -188,7 +195,7 @@ def test_a_text_save_without_type_is_repaired_and_a_looping_model_stops(make_con
     assert "<tool_call>" not in shown and "save_file" not in shown
     answers = [tool_answers(llm_server, i)[-1] for i in (1, 2)]
     assert answers[0].startswith("Created memory project_atlas_code_freeze.md (project:")
-    assert "type: project was filled in from the file name" in answers[0]
+    assert "lacked type; filled in: type: project (from the file name)" in answers[0]
     assert answers[1].startswith("Already done") and len(llm_server.chat_requests) == 3
     own = agent.tools[0].own  # type: ignore[index,union-attr]
     assert [e.file for e in own.list_entries()] == ["project_atlas_code_freeze.md"]

@@ -541,6 +541,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="markdown file to add the results to (e.g. bench/QUALITY.md)")
     parser.add_argument("--json", default=None, help="also write the raw results as JSON here")
     parser.add_argument("--note", default="", help="a line put under the heading (hardware, server flags)")
+    parser.add_argument("--calls-json", default=None,
+                        help="also write every model call the proxy saw (purpose, latency, raw answer) here")
     args = parser.parse_args(argv)
     harness = Harness(MemoryConfig.load())
     try:
@@ -556,4 +558,7 @@ def main(argv: list[str] | None = None) -> int:
                                                "calls": report.call_stats(),
                                                "results": [asdict(r) for r in report.results]},
                                               ensure_ascii=False, indent=1), encoding="utf-8")
+    if args.calls_json:
+        Path(args.calls_json).write_text(json.dumps([asdict(c) for c in report.calls], ensure_ascii=False, indent=1),
+                                         encoding="utf-8")
     return 1 if any(report.failures().values()) else 0

@@ -13,6 +13,8 @@ import copy
 import dataclasses
 import datetime as dt
 import functools
+import json
+import re
 import unicodedata
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -152,28 +154,197 @@ def type_from_name(file_name: str) -> MemoryType | None:
 
 
 def fill_missing_type(text: str, file_name: str) -> tuple[str, MemoryType | None]:
-    """``text`` with ``type:`` added from the file name's prefix when its frontmatter lacks one (or
-    leaves it empty), and the type filled in; ``(text, None)`` when nothing is missing, the name
-    says no type, or the frontmatter cannot be read (``parse_memory`` then says what is wrong).
-
-    Why: a model named its file ``project_atlas_code_freeze.md`` and forgot ``type:``; the save was
-    refused and never retried (issue 30). The name already says the type, so the save is repaired
-    and the tool's answer says what it filled in. Only a missing type is repaired: a wrong one is
-    the model's statement and is refused."""
-    wanted = type_from_name(file_name)
-    if wanted is None or not isinstance(text, str):
+    """``text`` with ``type:`` added from the file name's prefix when its frontmatter lacks one;
+    ``(text, None)`` when nothing was filled in. The type-only view of ``fill_missing_fields``."""
+    fixed, filled = fill_missing_fields(text, file_name)
+    if "type" not in filled:
         return text, None
+    if set(filled) != {"type"}:  # only the type: leave the other fields to their own repair
+        fixed, _ = _add_fields(text, {"type": filled["type"].value})  # type: ignore[union-attr]
+    return fixed, MemoryType(filled["type"])
+
+
+@dataclass(frozen=True, slots=True)
+class Filled:
+    """A field ``fill_missing_fields`` filled in: its value and where it came from."""
+
+    value: str
+    source: str
+
+
+def fill_missing_fields(text: str, file_name: str) -> tuple[str, dict[str, Any]]:
+    """``text`` with the frontmatter's missing fields filled in from what the model itself wrote,
+    and what was filled (``{"type": MemoryType, "name": Filled, "description": Filled}``).
+
+    Why: a small model's save is refused for a missing field more often than for anything else
+    (``project_atlas_code_freeze.md`` without ``type:``; ``user_role.md`` with name and type but
+    no description), and after one refusal it answers the user instead of retrying (issue 30). Each
+    of these fields is already said elsewhere in the model's own words: the type by the file
+    name's prefix (``user_``, ``feedback_``, ``project_``, ``reference_``), the name by the file
+    name, the description by the first line of the memory text. A memory written as frontmatter
+    keys with no text (``role: Data engineer``, ``skills: [Python, Airflow]``, seen from the 1.5B
+    model) gets those keys as its text, and its name as the description. Only a MISSING or empty
+    field is filled: a wrong type is the model's statement and is refused; a frontmatter that
+    cannot be read is refused as before."""
+    if not isinstance(text, str):
+        return text, {}
+    original = text
+    try:
+        front_text, body = split_frontmatter(text)
+        if front_text is None:  # no frontmatter at all: one is made when the file name says the type
+            if type_from_name(file_name) is None or not _first_text_line(body):
+                return text, {}
+            text = "---\n---\n\n" + text.lstrip("\ufeff").lstrip("\n")
+        front = load_frontmatter(front_text) if front_text and front_text.strip() else {}
+    except (MemoryFormatError, yaml.YAMLError):
+        return text, {}
+    if not isinstance(front, dict):
+        return text, {}
+
+    def missing(key: str) -> bool:
+        return front.get(key) is None or not clean_line(str(front.get(key)))
+
+    filled: dict[str, Any] = {}
+    adds: dict[str, str] = {}
+    facts = _facts_in_front(front) if not _first_text_line(body) else None
+    if facts:  # the memory written as frontmatter keys and no text: the keys become the text
+        body = "\n".join(f"- {key}: {value}" for key, value in facts.items()) + "\n"
+        kept = {k: v for k, v in front.items() if k in ("name", "description", "type")}
+        text = "---\n" + (yaml.safe_dump(kept, allow_unicode=True, sort_keys=False, width=10_000) if kept else "") \
+            + "---\n\n" + body
+        filled["body"] = Filled(", ".join(facts), "the frontmatter keys")
+        if missing("description") and not missing("name"):
+            filled["description"] = Filled(clean_line(str(front["name"]))[:MAX_DESCRIPTION_CHARS], "its name")
+            adds["description"] = filled["description"].value
+    if missing("type") and (wanted := type_from_name(file_name)) is not None:
+        filled["type"] = wanted
+        adds["type"] = wanted.value
+    stem = str(file_name).rsplit("/", 1)[-1]
+    stem = stem[:-3] if stem.lower().endswith(".md") else stem
+    if missing("name"):
+        words = stem
+        prefix = next((p for p in TYPE_PREFIXES if stem.lower().startswith(p)), "")
+        words = " ".join(w for w in stem[len(prefix):].replace("-", "_").split("_") if w) or stem
+        if clean_line(words):
+            filled["name"] = Filled(clean_line(words)[:MAX_NAME_CHARS], "the file name")
+            adds["name"] = filled["name"].value
+    if missing("description") and "description" not in filled and (line := _first_text_line(body)):
+        filled["description"] = Filled(line, "the first line of the memory")
+        adds["description"] = line
+    if not adds:
+        return (text, filled) if filled else (original, {})
+    fixed, ok = _add_fields(text, adds)
+    return (fixed, filled) if ok else (original, {})
+
+
+def _facts_in_front(front: dict[str, Any]) -> dict[str, str] | None:
+    """The frontmatter's other keys as one-line texts when every one is a short scalar or a list
+    of them (``role: Data engineer``, ``skills: [Python, Airflow]``), else None: a nested value is
+    somebody's structure, not a memory written in the wrong place."""
+    out: dict[str, str] = {}
+    for key, value in front.items():
+        if key in ("name", "description", "type"):
+            continue
+        items = value if isinstance(value, list) else [value]
+        if not items or not all(isinstance(v, str | int | float) and not isinstance(v, bool) for v in items):
+            return None
+        line = clean_line(", ".join(str(v) for v in items))
+        if not line or len(line) > 500:
+            return None
+        out[clean_line(str(key))] = line
+    return out or None
+
+
+def _first_text_line(body: str) -> str:
+    """The first line of ``body`` with words in it, without markdown marks, one description long."""
+    for raw in body.split("\n"):
+        line = clean_line(re.sub(r"^\s*(?:#{1,6}\s+|[-*+>]\s+|\d+[.)]\s+)", "", raw).replace("**", ""))
+        if re.search(r"\w", line):
+            return line if len(line) <= 200 else line[:199].rstrip() + "…"
+    return ""
+
+
+def _add_fields(text: str, values: dict[str, str]) -> tuple[str, bool]:
+    """``text`` with each of ``values`` as a quoted ``key: value`` line in the frontmatter (an empty
+    line of that key replaced), and whether the result parses as a mapping."""
+    stripped = text.lstrip("\ufeff")
+    lines = stripped.split("\n")
+    if not lines or lines[0].strip() != "---":
+        return text, False
+    close = next((i for i in range(1, len(lines)) if lines[i].strip() in ("---", "...")), None)
+    if close is None:
+        return text, False
+    kept = [line for line in lines[1:close] if line.partition(":")[0] not in values]
+    added = [f"{key}: {json.dumps(value, ensure_ascii=False)}" for key, value in values.items()]
+    fixed = "\n".join([lines[0], *kept, *added, *lines[close:]])
+    try:
+        front_text, _ = split_frontmatter(fixed)
+        return fixed, isinstance(load_frontmatter(front_text or ""), dict)
+    except (MemoryFormatError, yaml.YAMLError):
+        return text, False
+
+
+#: Frontmatter fields that are one line of plain text, so quoting their whole value never changes
+#: what it says (``quote_plain_values``).
+_TEXT_FIELDS = ("name", "description")
+_BLOCK_INDICATOR = re.compile(r"^[|>][+-]?\d*$")
+
+
+def _reads_alone(line: str) -> bool:
+    """Whether one ``key: value`` line is valid YAML by itself (then it is not what broke the file)."""
+    try:
+        yaml.load(line, Loader=_Loader)
+        return True
+    except yaml.YAMLError:
+        return False
+
+
+def quote_plain_values(text: str) -> tuple[str, tuple[str, ...]]:
+    """``text`` with the ``name:``/``description:`` values quoted when the frontmatter is not valid
+    YAML and quoting them makes it valid, and the fields quoted; ``(text, ())`` otherwise.
+
+    Why: a 1.5B model wrote ``description: Atlas project: code freeze is on 2027-01-15`` — the
+    second ``: `` is YAML's mapping sign, so the save was refused and the model answered the user
+    with the file instead of saving it (issue 30). Both fields are one line of text by definition:
+    the value as written is what the model meant, and a JSON string is a valid YAML double-quoted
+    scalar, so quoting it keeps every character. Only these two fields, only a value that is not
+    valid YAML by itself (not already quoted, not a block scalar), and only when the result
+    parses; anything else is refused as before."""
+    if not isinstance(text, str):
+        return text, ()
     try:
         front_text, _ = split_frontmatter(text)
-        front = load_frontmatter(front_text) if front_text and front_text.strip() else None
-    except (MemoryFormatError, yaml.YAMLError):
-        return text, None
-    if not isinstance(front, dict) or front.get("type") not in (None, ""):
-        return text, None
+    except MemoryFormatError:
+        return text, ()
+    if not front_text or not front_text.strip():
+        return text, ()
+    try:
+        load_frontmatter(front_text)
+        return text, ()
+    except yaml.YAMLError:
+        pass
+    except MemoryFormatError:
+        return text, ()
     lines = text.lstrip("\ufeff").split("\n")
     close = next(i for i in range(1, len(lines)) if lines[i].strip() in ("---", "..."))
-    kept = [line for line in lines[1:close] if not line.startswith("type:")]
-    return "\n".join([lines[0], *kept, f"type: {wanted.value}", *lines[close:]]), wanted
+    quoted: list[str] = []
+    for i in range(1, close):
+        key, sep, value = lines[i].partition(":")
+        value = value.strip()
+        if not sep or key not in _TEXT_FIELDS or key in quoted or not value or value[0] in "'\"" \
+                or _BLOCK_INDICATOR.match(value) or _reads_alone(f"{key}: {value}"):
+            continue
+        lines[i] = f"{key}: {json.dumps(value, ensure_ascii=False)}"
+        quoted.append(key)
+    if not quoted:
+        return text, ()
+    repaired = "\n".join(lines)
+    try:
+        front_text, _ = split_frontmatter(repaired)
+        load_frontmatter(front_text or "")
+    except (MemoryFormatError, yaml.YAMLError):
+        return text, ()
+    return repaired, tuple(quoted)
 
 
 def utf8_size(text: str) -> int:
