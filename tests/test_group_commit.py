@@ -11,11 +11,11 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from harness_memory.config import MemoryConfig
-from harness_memory.errors import LockTimeout, OutcomeUnknown, PreconditionFailed
+from harness_memory.errors import LockTimeout, OutcomeUnknown, PreconditionFailed, StorageError
 from harness_memory.locks import RedisLocker
 from harness_memory.memdir import MemoryDir
 from harness_memory.services import MemoryServices
-from tests.faults import FaultyStore
+from tests.faults import FaultyStore, on
 from tests.helpers import faulty_pods
 
 
@@ -211,3 +211,27 @@ def test_a_holder_alone_on_its_place_does_not_wait_for_more_saves(
     locker.client.rpush(handoff.list_key, group.Proposal("p", "x.md", doc(1), None).to_bytes())
     assert handoff.wait_pending(0.0) is True
     assert handoff.take()[0].file == "x.md"
+
+
+def test_handed_over_saves_say_memory_md_was_updated_only_when_it_was(pod: Callable[..., tuple[
+        MemoryServices, FaultyStore]]) -> None:
+    """The holder's commit lands but its MEMORY.md write fails: every save it committed for others
+    says so, as a save that ran alone does (the answers used to say "MEMORY.md updated.")."""
+    svc, store = pod()
+    mdir = svc.user_agent_dir("u")
+    mdir.save("first.md", doc(0))
+    locker = svc.locker
+    assert isinstance(locker, RedisLocker)
+    tools = svc.memory_tools("u")
+    with locker.hold(mdir.place.lock_name()):
+        threads, out = run_all([lambda i=i: tools.save_file(f"n{i}.md", doc(i)) for i in range(3)])
+        wait_for(lambda: proposals(locker, mdir) == 3)
+        store.fail(on("put", "/MEMORY.md"), StorageError("injected: MEMORY.md write refused"))
+    for t in threads:
+        t.join(30)
+    answers = [str(out[i]) for i in range(3)]
+    assert all(a.startswith("Created memory n") for a in answers), answers
+    assert not any("MEMORY.md updated" in a for a in answers), answers
+    assert all("MEMORY.md was not rewritten this time" in a for a in answers), answers
+    store.clear()
+    assert sorted(mdir.manifest().entries) == ["first.md", "n0.md", "n1.md", "n2.md"]

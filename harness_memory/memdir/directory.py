@@ -338,7 +338,7 @@ class MemoryDir:
         raw = handoff.locker.client.blpop([handoff.answer_key(proposal.id)], self.limits.lock_ttl_seconds)
         answer = group.Answer.from_bytes(raw[1]) if raw else None
         if answer is not None and answer.status == group.OK and answer.entry is not None:
-            return SaveResult(proposal.file, answer.created, answer.entry)
+            return SaveResult(proposal.file, answer.created, answer.entry, answer.index_warning)
         if answer is not None and answer.status == group.ALONE:
             raise LockTimeout(f"{proposal.file} was not saved: the place stayed busy past the lock wait; try again")
         raise OutcomeUnknown((answer.message if answer is not None else "") or
@@ -377,7 +377,7 @@ class MemoryDir:
                     return self._redo_on_conflict(lambda: self._save_once(file, content, expect, lease,
                                                                           handoff=handoff))
         if answer.status == group.OK and answer.entry is not None:
-            return SaveResult(file, answer.created, answer.entry)
+            return SaveResult(file, answer.created, answer.entry, answer.index_warning)
         if answer.status == group.UNKNOWN:
             raise OutcomeUnknown(answer.message or "the memory store failed in the middle of this change; it may "
                                  "or may not have taken effect")

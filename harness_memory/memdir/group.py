@@ -68,18 +68,25 @@ class Answer:
     created: bool = False
     entry: ManifestEntry | None = None
     message: str = ""
+    #: Why the holder's commit did not rewrite MEMORY.md (None: it did): the proposer's tool says
+    #: "MEMORY.md updated." only when it was, as if it had saved alone.
+    index_warning: str | None = None
 
     def to_bytes(self) -> bytes:
         data: dict[str, Any] = {"status": self.status, "created": self.created, "message": self.message}
         if self.entry is not None:
             data["entry"] = self.entry.to_dict()
+        if self.index_warning is not None:
+            data["index_warning"] = self.index_warning
         return json.dumps(data, ensure_ascii=False).encode("utf-8")
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> Answer:
         data = json.loads(raw.decode("utf-8"))
         entry = entry_from_dict(data["entry"]) if data.get("entry") else None
-        return cls(str(data["status"]), bool(data.get("created")), entry, str(data.get("message") or ""))
+        warning = data.get("index_warning")
+        return cls(str(data["status"]), bool(data.get("created")), entry, str(data.get("message") or ""),
+                   None if warning is None else str(warning))
 
 
 class Handoff:
@@ -216,7 +223,8 @@ def answer_committed(handoff: Handoff, staged: list[Proposal], saved: dict[str, 
     """Best effort: the commit is done; a proposer that gets no answer redoes its save, which
     finds its text in place and reports it saved."""
     try:
-        handoff.answer([(p, Answer(OK, saved[p.file].created, saved[p.file].entry)) for p in staged])
+        handoff.answer([(p, Answer(OK, saved[p.file].created, saved[p.file].entry,
+                                   index_warning=saved[p.file].index_warning)) for p in staged])
     except Exception as exc:
         log.warning("group commit on %s: could not answer %d proposal(s) (%s)", handoff.name, len(staged), exc)
 
