@@ -159,7 +159,7 @@ def add_place_routes(router: APIRouter, prefix: str, resolve: Callable[..., Memo
     def create_file(mdir: Dir, body: CreateFile) -> SavedFile:
         name = validate_filename(body.file)
         try:
-            result = mdir.save(name, body.content, expect=ABSENT)  # checked under the place lock
+            result = mdir.save(name, body.content, expect=ABSENT, origin="api")  # checked under the place lock
         except PreconditionFailed:
             raise ApiError(409, f"{name!r} already exists in {place_path(mdir.place)}; PUT replaces it",
                            "conflict") from None
@@ -181,7 +181,7 @@ def add_place_routes(router: APIRouter, prefix: str, resolve: Callable[..., Memo
     @router.patch(one, response_model=SavedFile, summary="Replace one exact chunk of a file", **opts)
     def patch_file(mdir: Dir, file: FilePath, body: PatchFile) -> SavedFile:
         try:
-            result = mdir.replace_chunk(file, body.old, body.new, replace_all=body.replace_all)
+            result = mdir.replace_chunk(file, body.old, body.new, replace_all=body.replace_all, origin="api")
         except ObjectNotFound:
             raise _not_found(mdir, file) from None
         return SavedFile(file=result.file, created=False, entry=entry_out(result.entry))
