@@ -109,9 +109,10 @@ def test_export_clear_import_is_byte_identical(cfg: MemoryConfig,
     assert b"export: 3/3" in out.stderr and b"exported 3 files from 2 places" in out.stderr
     assert json.loads(as_json.stdout)["scope"] == "users/u1"
 
-    cleared, refused = cli.many(["clear", "users/u1"], ["clear", "all"])
+    cleared, refused = cli.many(["clear", "users/u1", "--purge"], ["clear", "all"])
     assert cleared.returncode == 0 and refused.returncode == 2  # the whole store needs --yes
-    assert keys(cfg, "users/u1/") == [] and keys(cfg, "users/u2/") != []
+    assert b"for good" in cleared.stderr
+    assert keys(cfg, "users/u1/") == [] and keys(cfg, "users/u2/") != []  # purged: trash and all
 
     (tmp_path / "u1.json").write_bytes(as_json.stdout)
     out, retarget = cli.many(["import", str(backup)], ["import", str(tmp_path / "u1.json"), "--into", "users/u9"])

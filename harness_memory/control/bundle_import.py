@@ -306,7 +306,7 @@ def apply_import(plans: Sequence[PlannedPlace], mode: Literal["merge", "replace"
     if mode == "replace":
         for mdir in clear_also:
             rep = reports.setdefault(mdir.place.prefix, PlaceReport(place_path(mdir.place)))
-            rep.removed += _memory_file_count(mdir) if dry_run else mdir.clear()
+            rep.removed += _memory_file_count(mdir) if dry_run else mdir.clear(origin="import")
     report.places = list(reports.values())
     return report
 
