@@ -228,6 +228,51 @@ def test_snapshot_commands_work_from_any_directory(make_config: MakeConfig, tmp_
     assert keys(cfg, "users/u1/agent-memory/other/") == []
 
 
+def test_a_relative_snapshots_dir_from_the_environment_or_the_default_is_the_same_from_any_directory(
+        make_config: MakeConfig, tmp_path: Path) -> None:
+    """Set by ``HARNESS_MEMORY_SNAPSHOTS_DIR`` or left at its default, a relative snapshot folder
+    is beside the config file; with no config file it is the project checkout's. Two working
+    directories, one answer."""
+    project = tmp_path / "project"
+    for folder in (project / "starter" / "default", project / "snapshots" / "default"):
+        folder.mkdir(parents=True)
+        (folder / "snapshot.json").write_text('{"updatedAt": "2026-11-20T00:00:00Z"}')
+        (folder / "rules.md").write_text(GOOD)
+    cfg = make_config(backend="cos", redis=True)
+    config = write_config(cfg, project / "config.yaml")
+    data = yaml.safe_load(config.read_text())
+    del data["agent"]["snapshots_dir"]  # the default: `snapshots`
+    config.write_text(yaml.safe_dump(data))
+    here, there = tmp_path / "here", tmp_path / "there" / "deeper"
+    here.mkdir()
+    there.mkdir(parents=True)
+    cli = Cli(child_env(config))
+
+    def status(cwd: Path, **env: str) -> dict[str, object]:
+        done = cli("snapshot", "status", "users/u1/agent-memory/default", cwd=cwd, **env)
+        assert done.returncode == 0, done.stderr
+        return dict(json.loads(done.stdout))
+
+    for env, folder in (({}, project / "snapshots"),
+                        ({"HARNESS_MEMORY_SNAPSHOTS_DIR": "starter"}, project / "starter")):
+        answers = [status(cwd, **env) for cwd in (here, there)]
+        assert answers[0] == answers[1] and answers[0]["snapshotsDir"] == str(folder.resolve())
+        assert answers[0]["files"] == ["rules.md"]
+    synced = cli("snapshot", "sync", "users/u1/agent-memory/default", "--keep-local", cwd=there,
+                 HARNESS_MEMORY_SNAPSHOTS_DIR="starter")
+    assert synced.returncode == 0, synced.stderr
+
+    # No config file at all (settings from the environment): the checkout's own snapshots/.
+    env = {k: v for k, v in child_env(config).items() if k != "HARNESS_MEMORY_CONFIG"}
+    env.update(HARNESS_MEMORY_BACKEND="local", HARNESS_MEMORY_LOCAL_ROOT=str(tmp_path / "harness"))
+    bare = Cli(env)
+    answers = [bare("snapshot", "status", "users/u1/agent-memory/default", cwd=cwd) for cwd in (here, there)]
+    assert all(a.returncode == 0 for a in answers), answers[0].stderr
+    said = [json.loads(a.stdout) for a in answers]
+    assert said[0] == said[1] and said[0]["snapshotsDir"] == str((ROOT / "snapshots").resolve())
+    assert said[0]["files"]  # the shipped starter snapshot
+
+
 def test_session_show(cfg: MemoryConfig, cli: Cli) -> None:
     from harness_memory.session.binding import bind_session
 
