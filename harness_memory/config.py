@@ -169,10 +169,13 @@ class LimitsConfig(_Section):
         256 * 1024 * 1024, ge=1024, description="Largest total uncompressed size of one import (bytes): a zip "
         "that unpacks to more is refused before anything is read (zip bombs).")
     trash_days: float = Field(30.0, gt=0, description=(
-        "Days a deleted memory or fact stays in its place's trash (`.trash/`), restorable from the page, "
-        "the API and `harness-memory trash restore`; older batches are purged by the next deletion."))
+        "Days a deleted memory or fact stays in its place's trash (`.trash/`) — deleted by a person, the "
+        "assistant's tools, auto memory or a clear — restorable from the page, the API and `harness-memory "
+        "trash restore`; older batches are purged by the next deletion a person makes."))
     history_versions: int = Field(20, ge=0, description=(
-        "Earlier versions kept per memory file (`.history/`) when a person edits or restores it; 0 keeps none."))
+        "Earlier versions kept per memory file (`.history/`) when anyone overwrites it (a person, a restore, "
+        "the assistant's save_file / replace_file_chunk); the assistant's are pruned every that many saves, so "
+        "up to about twice as many may wait. 0 keeps none."))
 
 
 class ModelConfig(_Section):

@@ -22,9 +22,10 @@ batch (``MemoryDir.clear``); only ``clear(purge=True)`` removes the trash and hi
 
 Every writer of a memory file keeps what it replaces: ``MemoryDir.save`` / ``replace_chunk`` /
 ``remove`` (the assistant's tools, and the page, API and CLI, which pass their ``origin``) call
-``keep_version`` / ``keep_removed`` inside their own transaction, as imports and snapshots do. The
-cost on the assistant's path is the copy itself: one PUT (and a GET of the replaced text when the
-transaction had not read it). Pruning a file's versions needs a LIST: after a person's edit it runs
+``keep_version`` / ``keep_removed`` (``keep.py``) inside their own transaction, as imports and
+snapshots do. The cost on the assistant's path is the copy itself: one PUT (and a GET of the
+replaced text only when neither the transaction nor the pod's copy of the head has it:
+``heads.py``). Pruning a file's versions needs a LIST: after a person's edit it runs
 at once; after the assistant's saves, once every ``history_versions`` saves of that file in this
 process, so a file may hold up to about twice its versions for a while.
 """
