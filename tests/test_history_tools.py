@@ -7,7 +7,9 @@ requests each tool call sends are logged and asserted). SeaweedFS + Redis.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -30,6 +32,11 @@ def memory(description: str, body: str) -> str:
 
 
 V1, V2 = memory("how to build", "run make build"), memory("how to build", "run make all")
+
+
+@pytest.fixture
+def cfg_cos(make_config: MakeConfig) -> MemoryConfig:
+    return make_config(backend="cos", redis=True)
 
 
 @pytest.fixture
@@ -190,3 +197,43 @@ def test_an_overwrite_keeps_what_another_pod_wrote_not_what_this_pod_remembers(m
     finally:
         a.close()
         b.close()
+
+
+async def test_a_merging_import_keeps_what_it_overwrites_as_a_version(cfg_cos: MemoryConfig) -> None:
+    services = MemoryServices.from_config(cfg_cos)
+    try:
+        services.memory_tools("u1").save_file("build.md", V1)
+        async with api(cfg_cos, wid="u1") as c:
+            bundle = (await c.get(f"{BASE}/export")).json()
+            services.memory_tools("u1").save_file("build.md", V2)
+            merged = await c.post(f"{BASE}/import", json=bundle)
+            assert merged.status_code == 200 and merged.json()["updated"] == 1, merged.text
+            versions = (await c.get(f"{BASE}/history/build.md")).json()["versions"]
+            assert [(v["content"], v["origin"]) for v in versions] == [(V2, "import"), (V1, "assistant")]
+        assert stored(cfg_cos, PLACE + "build.md") == V1.encode()
+    finally:
+        services.close()
+
+
+def test_saves_handed_to_the_lock_holder_keep_their_versions_too(cfg_cos: MemoryConfig) -> None:
+    """Concurrent tool saves of one pod over Redis locks ride in each other's commits (group
+    commit): every text replaced is in the history all the same."""
+    services = MemoryServices.from_config(cfg_cos)
+    try:
+        tools = services.memory_tools("u1")
+        for i in range(6):
+            assert tools.save_file(f"f{i}.md", memory(f"file {i}", "v0")).startswith("Created")
+        start = threading.Barrier(6)
+
+        def save(i: int) -> str:
+            start.wait()
+            return services.memory_tools("u1").save_file(f"f{i}.md", memory(f"file {i}", "v1"))
+
+        with ThreadPoolExecutor(6) as pool:
+            said = list(pool.map(save, range(6)))
+        assert all(s.startswith("Updated") for s in said), said
+        mdir = services.user_agent_dir("u1")
+        for i in range(6):
+            assert [v.content for v in kept.history(mdir, f"f{i}.md")] == [memory(f"file {i}", "v0")]
+    finally:
+        services.close()
