@@ -237,3 +237,17 @@ def test_saves_handed_to_the_lock_holder_keep_their_versions_too(cfg_cos: Memory
             assert [v.content for v in kept.history(mdir, f"f{i}.md")] == [memory(f"file {i}", "v0")]
     finally:
         services.close()
+
+
+def test_a_file_too_large_to_keep_in_memory_is_read_for_its_copy(
+        pod: tuple[MemoryServices, FaultyStore, MemoryConfig]) -> None:
+    services, store, _ = pod
+    tools = services.memory_tools("u1")
+    big = memory("a long log", "line of the build log\n" * 1000)  # over heads.TEXT_FILE_BYTES
+    tools.save_file("log.md", big)
+    tools.save_file("other.md", V1)  # the pod's head copy is warm
+    said, sent = _sent(store, lambda: tools.save_file("log.md", V2))
+    assert said.startswith("Updated")
+    key = services.user_agent_dir("u1").place.key("log.md")
+    assert [op for op, k in sent if k == key] == ["get", "put_if_match"]  # the replaced text, read once
+    assert [v.content for v in kept.history(services.user_agent_dir("u1"), "log.md")] == [big]

@@ -308,9 +308,9 @@ class MemoryDir:
         With Redis locks a save that has to wait hands its change to the lock's holder (group
         commit, ``group.py``); the answer is the same as if it had run alone.
 
-        The text an overwrite replaces is kept as an earlier version (``trash.keep_version``) in
+        The text an overwrite replaces is kept as an earlier version (``keep.keep_version``) in
         the same commit. ``origin``: who saves — ``assistant`` (the tools), or ``person``, ``api``,
-        ``restore``…, recorded as the file's provenance (``trash.record_origin``).
+        ``restore``…, recorded as the file's provenance (``keep.record_origin``).
         """
         file = validate_filename(file)
         self.check_content(content)  # refuse bad content before waiting for the lock
@@ -561,7 +561,7 @@ class MemoryDir:
     def remove(self, file: str, *, origin: str = kept.ASSISTANT) -> TxnResult | None:
         """``delete`` that returns what the commit did (None: the file did not exist), so a caller
         can say whether MEMORY.md was rewritten (``TxnResult.index_warning``). The file goes to the
-        place's trash in the same commit (``trash.keep_removed``: restorable for
+        place's trash in the same commit (``keep.keep_removed``: restorable for
         ``limits.trash_days``); its text is read beside the head, as its existence was before."""
         file = validate_filename(file)
         with self.transaction(prefetch=(file,)) as txn:
@@ -580,7 +580,7 @@ class MemoryDir:
     def clear(self, *, purge: bool = False, origin: str = "person") -> int:
         """Forget everything in this place; returns how many memory files it removed.
 
-        By default restorably: the memory files go into one trash batch (``trash.clear_to_trash``,
+        By default restorably: the memory files go into one trash batch (``clear_to_trash``,
         kept for ``limits.trash_days``), the index and the place's state start over, the trash and
         the history stay. ``purge``: delete every object of the place for good — memory files,
         manifest, MEMORY.md, state, trash and history."""

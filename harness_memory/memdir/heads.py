@@ -20,7 +20,7 @@ Along with a head the pod keeps the etags of the files it wrote or read under it
 of such a file needs no GET for the version it replaces (the write's condition; a writer that
 must *check* a version — ``expect`` — still reads it). For the small ones it keeps their bytes
 too (``TEXT_BYTES`` per place), so the copy an overwrite keeps in the file's history
-(``trash.keep_version``) needs no GET either.
+(``keep.keep_version``) needs no GET either: at most ``TEXT_BYTES`` x ``CACHE_PLACES`` (32 MiB) a pod.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ CACHE_PLACES = 512
 CACHE_ENTRIES = 200_000
 FILES_PER_PLACE = 4096
 #: The bytes of known files kept per place (the oldest go first), and the largest file kept.
-TEXT_BYTES = 256 * 1024
-TEXT_FILE_BYTES = 32 * 1024
+TEXT_BYTES = 64 * 1024
+TEXT_FILE_BYTES = 16 * 1024
 
 
 @dataclass(slots=True)
