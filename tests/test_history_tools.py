@@ -56,7 +56,7 @@ async def test_what_the_assistant_overwrote_edited_or_deleted_is_restored_from_t
     assert tools.save_file("build.md", V2).startswith("Updated memory build.md")
     assert tools.replace_file_chunk("build.md", "make all", "make all -j8").startswith("Updated memory build.md")
     said = tools.delete_file("build.md")
-    assert said.startswith("Deleted memory build.md") and "restore it from the trash for 30 days" in said
+    assert said.startswith("Deleted memory build.md") and "kept in the trash for 30 days" in said
     assert stored(cfg, PLACE + "build.md") is None
     async with api(cfg, wid="u1") as c:
         trash = (await c.get(f"{BASE}/trash")).json()
