@@ -351,4 +351,6 @@ def test_dry_runs_report_exactly_what_the_import_then_does(cfg: MemoryConfig, cl
     assert real.stdout == replace_dry.stdout
     assert b"wrote 1 files into 3 places (replace): 0 created, 1 updated, 2 unchanged, 2 removed" in real.stderr
     assert stored(cfg, "users/u1/agent-memory/default/extra.md") is None
-    assert keys(cfg, "users/u1/agent-memory/coder/") == []
+    left = keys(cfg, "users/u1/agent-memory/coder/")  # the place the bundle does not name: cleared ...
+    assert not [k for k in left if k.endswith(".md") and not k.endswith("/MEMORY.md")]
+    assert any("/.trash/" in k for k in left)  # ... into its trash
