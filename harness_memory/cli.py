@@ -336,7 +336,9 @@ def cmd_facts(svc: MemoryServices, args: argparse.Namespace) -> int:
         user_id = scope.user_id
     if args.action == "clear":
         result = clear_facts(svc, user_id)
-        print(f"deleted {result['deleted']} facts of {result['place']} (the profile is kept)", file=sys.stderr)
+        print(f"deleted {result['deleted']} facts of {result['place']} (the profile is kept); they are in its "
+              f"trash for {svc.config.limits.trash_days:g} days: `harness-memory trash list {result['place']}`",
+              file=sys.stderr)
         return 0
     facts = auto_memory(svc).list_facts(user_id, shared=user_id is None)
     print(json.dumps({"place": auto_place_label(svc, user_id), "count": len(facts),

@@ -315,7 +315,11 @@ def test_facts_ls_and_clear_keep_the_profile(cfg: MemoryConfig, cli: Cli) -> Non
     assert bad.returncode == 2
     cleared = cli("facts", "clear", "users/u1")
     assert cleared.returncode == 0 and b"deleted 2 facts" in cleared.stderr
+    assert b"trash for 30 days: `harness-memory trash list users/u1/projects/default/memory`" in cleared.stderr
     assert auto.list_facts("u1") == [] and auto.get_profile("u1").get(ProfileKey.WORK) == "Frontend engineer"
+    (item,) = json.loads(cli("trash", "list", "users/u1/projects/default/memory", "--json").stdout)
+    assert cli("trash", "restore", "users/u1/projects/default/memory", item["id"]).returncode == 0
+    assert {f.content for f in auto.list_facts("u1")} == {"Prefers tea", "Business trip to Tokyo next week"}
 
 
 def test_dry_runs_report_exactly_what_the_import_then_does(cfg: MemoryConfig, cli: Cli, tmp_path: Path) -> None:
