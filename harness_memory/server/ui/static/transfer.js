@@ -74,7 +74,7 @@ export function transferView(view, userBase, user) {
       + 'where it can be restored for a while; "Delete for good" also empties the trash and the history.'),
     h('div', { class: 'row' },
       h('button', { type: 'button', class: 'danger', id: 'forget', on: { click: () => forget(false) } }, 'Forget everything…'),
-      h('button', { type: 'button', class: 'danger secondary', id: 'forget-purge', on: { click: () => forget(true) } },
+      h('button', { type: 'button', class: 'danger', id: 'forget-purge', on: { click: () => forget(true) } },
         'Delete for good…'))),
   err, result);
 }
