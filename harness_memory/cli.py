@@ -163,9 +163,15 @@ def cmd_clear(svc: MemoryServices, args: argparse.Namespace) -> int:
     total = 0
     with Progress("clear", args.quiet) as progress:
         for i, f in enumerate(found, 1):
-            total += svc.memdir(f.place).clear()
+            total += svc.memdir(f.place).clear(purge=args.purge, origin="cli")
             progress(i, len(found), place_path(f.place))
-    print(f"cleared {total} memory files in {len(found)} places", file=sys.stderr)
+    if args.purge:
+        print(f"purged {total} memory files in {len(found)} places for good (their trash and history too)",
+              file=sys.stderr)
+    else:
+        print(f"cleared {total} memory files in {len(found)} places: moved to each place's trash, restorable "
+              f"for {svc.config.limits.trash_days:g} days (`harness-memory trash list <place>`, then "
+              "`trash restore <place> <id>`); --purge removes them for good", file=sys.stderr)
     return 0
 
 
@@ -330,7 +336,9 @@ def cmd_facts(svc: MemoryServices, args: argparse.Namespace) -> int:
         user_id = scope.user_id
     if args.action == "clear":
         result = clear_facts(svc, user_id)
-        print(f"deleted {result['deleted']} facts of {result['place']} (the profile is kept)", file=sys.stderr)
+        print(f"deleted {result['deleted']} facts of {result['place']} (the profile is kept); they are in its "
+              f"trash for {svc.config.limits.trash_days:g} days: `harness-memory trash list {result['place']}`",
+              file=sys.stderr)
         return 0
     facts = auto_memory(svc).list_facts(user_id, shared=user_id is None)
     print(json.dumps({"place": auto_place_label(svc, user_id), "count": len(facts),
@@ -408,9 +416,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("path", help="users/<id>/agent-memory/<type>/<file>.md")
     s = sub.add_parser("rm", help="delete memory files (the index is updated)")
     s.add_argument("paths", nargs="+", help="users/<id>/agent-memory/<type>/<file>.md …")
-    s = sub.add_parser("clear", help="delete every memory of a place, a user, or (--yes) everything")
+    s = sub.add_parser("clear", help="forget every memory of a place, a user, or (--yes) everything: into the "
+                       "trash (restorable with `trash restore`), or for good with --purge")
     s.add_argument("path", help="users/<id>, a memory directory, or all")
     s.add_argument("--yes", action="store_true", help="required to clear the whole store")
+    s.add_argument("--purge", action="store_true", help="delete for good, the trash and history included "
+                   "(nothing can be restored afterwards)")
     s = sub.add_parser("export", help="write a bundle (JSON or zip) of a place, a user, or everything")
     s.add_argument("path", nargs="?", help="users/<id>, a memory directory, or nothing for everything")
     s.add_argument("-o", "--output", help="file to write (default stdout)")

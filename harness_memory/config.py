@@ -169,10 +169,13 @@ class LimitsConfig(_Section):
         256 * 1024 * 1024, ge=1024, description="Largest total uncompressed size of one import (bytes): a zip "
         "that unpacks to more is refused before anything is read (zip bombs).")
     trash_days: float = Field(30.0, gt=0, description=(
-        "Days a deleted memory or fact stays in its place's trash (`.trash/`), restorable from the page, "
-        "the API and `harness-memory trash restore`; older batches are purged by the next deletion."))
+        "Days a deleted memory or fact stays in its place's trash (`.trash/`) — deleted by a person, the "
+        "assistant's tools, auto memory or a clear — restorable from the page, the API and `harness-memory "
+        "trash restore`; older batches are purged by the next deletion a person makes."))
     history_versions: int = Field(20, ge=0, description=(
-        "Earlier versions kept per memory file (`.history/`) when a person edits or restores it; 0 keeps none."))
+        "Earlier versions kept per memory file (`.history/`) when anyone overwrites it (a person, a restore, "
+        "the assistant's save_file / replace_file_chunk); the assistant's are pruned every that many saves, so "
+        "up to about twice as many may wait. 0 keeps none."))
 
 
 class ModelConfig(_Section):
@@ -219,11 +222,22 @@ class AgentConfig(_Section):
     scope: Literal["user", "project", "local"] = Field(
         "user", description="Scope guidance in the prompt: `user`, `project` or `local`."
     )
-    snapshots_dir: Path = Field(Path("snapshots"), description="Folder of `<agent_type>/` snapshots (relative: "
-                                "to the YAML file that sets it, else to the working directory).")
+    snapshots_dir: Path = Field(
+        Path("snapshots"), validate_default=True,
+        description="Folder of `<agent_type>/` snapshots, made absolute when the config is loaded: a relative one "
+        "(this default too) is relative to the YAML config file's folder, or with no config file to the project "
+        "checkout holding the `harness_memory` package (installed from a wheel: the working directory at start).")
     compact_prompt: bool = Field(False, description="Give the agent the short memory prompt written for a "
                                  "small local model (the rules in plain lines, no example file; ~630 tokens fewer: "
                                  "`python -m bench.bench_prompt`). On by default with `model_profile: local`.")
+
+    @field_validator("snapshots_dir")
+    @classmethod
+    def _absolute_snapshots(cls, value: Path) -> Path:
+        # ``MemoryConfig.load`` has anchored a relative folder at the config file already; what is
+        # still relative here (no config file, or a config built in code) gets the project's folder.
+        folder = Path(value).expanduser()
+        return folder if folder.is_absolute() else project_dir() / folder
 
 
 class SessionConfig(_Section):
@@ -480,10 +494,11 @@ class MemoryConfig(_Section):
         path = yaml_path or env.get(ENV_PREFIX + "CONFIG")
         if path:
             data = _read_yaml(Path(path).expanduser())
-            _relative_to_file(data, Path(path).expanduser())
         for env_name, section, field in _env_fields():
             if env_name in env:
                 data.setdefault(section, {})[field] = env[env_name]
+        if path:  # after the environment: a relative folder it sets is beside the file too
+            _relative_to_file(data, Path(path).expanduser())
         warn_unknown_env(env)
         for section, values in overrides.items():
             if section not in _SECTIONS:
@@ -556,12 +571,26 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 
 def _relative_to_file(data: dict[str, Any], path: Path) -> None:
-    """A relative ``agent.snapshots_dir`` in a YAML file names a folder beside that file, so every
-    command finds the same snapshots whatever directory it is run from."""
-    agent = data.get("agent")
-    folder = agent.get("snapshots_dir") if isinstance(agent, dict) else None
-    if isinstance(folder, str) and folder and not Path(folder).expanduser().is_absolute():
+    """With a YAML config file, a relative ``agent.snapshots_dir`` — set in the file, set by
+    ``HARNESS_MEMORY_SNAPSHOTS_DIR`` or left at its default ``snapshots`` — names a folder beside
+    that file, so every command finds the same snapshots whatever directory it is run from."""
+    agent = data.setdefault("agent", {})
+    if not isinstance(agent, dict):
+        return
+    folder = agent.get("snapshots_dir", AgentConfig.model_fields["snapshots_dir"].default)
+    if isinstance(folder, str | Path) and str(folder) and not Path(folder).expanduser().is_absolute():
         agent["snapshots_dir"] = str(path.resolve().parent / folder)
+
+
+def project_dir() -> Path:
+    """Where a relative ``agent.snapshots_dir`` is anchored without a config file: the project
+    checkout holding the ``harness_memory`` package (it has a ``pyproject.toml``; its ``snapshots/``
+    is the shipped starter snapshot), else — installed from a wheel — the working directory at the
+    moment the config is loaded. Absolute either way."""
+    checkout = Path(__file__).resolve().parent.parent
+    if (checkout / "pyproject.toml").is_file():
+        return checkout
+    return Path.cwd()
 
 
 def _env_fields() -> Iterator[tuple[str, str, str]]:

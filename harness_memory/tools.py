@@ -271,8 +271,9 @@ class MemoryTools(Toolkit):
         """
         memdir, rel = self._route(file_name, write=True)
         removed = memdir.remove(rel)
-        if removed is not None:
-            return f"Deleted memory {file_name}. " + _index_said(removed.index_warning)
+        if removed is not None:  # in the place's trash: the user can restore it from the memory page
+            return (f"Deleted memory {file_name} (kept in the trash for {memdir.limits.trash_days:g} days, "
+                    "restorable from the memory page). " + _index_said(removed.index_warning))
         return f"There was no memory file named {file_name!r}; nothing to delete."
 
     @once_per_run(write=True)

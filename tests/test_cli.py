@@ -109,9 +109,10 @@ def test_export_clear_import_is_byte_identical(cfg: MemoryConfig,
     assert b"export: 3/3" in out.stderr and b"exported 3 files from 2 places" in out.stderr
     assert json.loads(as_json.stdout)["scope"] == "users/u1"
 
-    cleared, refused = cli.many(["clear", "users/u1"], ["clear", "all"])
+    cleared, refused = cli.many(["clear", "users/u1", "--purge"], ["clear", "all"])
     assert cleared.returncode == 0 and refused.returncode == 2  # the whole store needs --yes
-    assert keys(cfg, "users/u1/") == [] and keys(cfg, "users/u2/") != []
+    assert b"for good" in cleared.stderr
+    assert keys(cfg, "users/u1/") == [] and keys(cfg, "users/u2/") != []  # purged: trash and all
 
     (tmp_path / "u1.json").write_bytes(as_json.stdout)
     out, retarget = cli.many(["import", str(backup)], ["import", str(tmp_path / "u1.json"), "--into", "users/u9"])
@@ -227,6 +228,51 @@ def test_snapshot_commands_work_from_any_directory(make_config: MakeConfig, tmp_
     assert keys(cfg, "users/u1/agent-memory/other/") == []
 
 
+def test_a_relative_snapshots_dir_from_the_environment_or_the_default_is_the_same_from_any_directory(
+        make_config: MakeConfig, tmp_path: Path) -> None:
+    """Set by ``HARNESS_MEMORY_SNAPSHOTS_DIR`` or left at its default, a relative snapshot folder
+    is beside the config file; with no config file it is the project checkout's. Two working
+    directories, one answer."""
+    project = tmp_path / "project"
+    for folder in (project / "starter" / "default", project / "snapshots" / "default"):
+        folder.mkdir(parents=True)
+        (folder / "snapshot.json").write_text('{"updatedAt": "2026-11-20T00:00:00Z"}')
+        (folder / "rules.md").write_text(GOOD)
+    cfg = make_config(backend="cos", redis=True)
+    config = write_config(cfg, project / "config.yaml")
+    data = yaml.safe_load(config.read_text())
+    del data["agent"]["snapshots_dir"]  # the default: `snapshots`
+    config.write_text(yaml.safe_dump(data))
+    here, there = tmp_path / "here", tmp_path / "there" / "deeper"
+    here.mkdir()
+    there.mkdir(parents=True)
+    cli = Cli(child_env(config))
+
+    def status(cwd: Path, **env: str) -> dict[str, object]:
+        done = cli("snapshot", "status", "users/u1/agent-memory/default", cwd=cwd, **env)
+        assert done.returncode == 0, done.stderr
+        return dict(json.loads(done.stdout))
+
+    for env, folder in (({}, project / "snapshots"),
+                        ({"HARNESS_MEMORY_SNAPSHOTS_DIR": "starter"}, project / "starter")):
+        answers = [status(cwd, **env) for cwd in (here, there)]
+        assert answers[0] == answers[1] and answers[0]["snapshotsDir"] == str(folder.resolve())
+        assert answers[0]["files"] == ["rules.md"]
+    synced = cli("snapshot", "sync", "users/u1/agent-memory/default", "--keep-local", cwd=there,
+                 HARNESS_MEMORY_SNAPSHOTS_DIR="starter")
+    assert synced.returncode == 0, synced.stderr
+
+    # No config file at all (settings from the environment): the checkout's own snapshots/.
+    env = {k: v for k, v in child_env(config).items() if k != "HARNESS_MEMORY_CONFIG"}
+    env.update(HARNESS_MEMORY_BACKEND="local", HARNESS_MEMORY_LOCAL_ROOT=str(tmp_path / "harness"))
+    bare = Cli(env)
+    answers = [bare("snapshot", "status", "users/u1/agent-memory/default", cwd=cwd) for cwd in (here, there)]
+    assert all(a.returncode == 0 for a in answers), answers[0].stderr
+    said = [json.loads(a.stdout) for a in answers]
+    assert said[0] == said[1] and said[0]["snapshotsDir"] == str((ROOT / "snapshots").resolve())
+    assert said[0]["files"]  # the shipped starter snapshot
+
+
 def test_session_show(cfg: MemoryConfig, cli: Cli) -> None:
     from harness_memory.session.binding import bind_session
 
@@ -269,7 +315,11 @@ def test_facts_ls_and_clear_keep_the_profile(cfg: MemoryConfig, cli: Cli) -> Non
     assert bad.returncode == 2
     cleared = cli("facts", "clear", "users/u1")
     assert cleared.returncode == 0 and b"deleted 2 facts" in cleared.stderr
+    assert b"trash for 30 days: `harness-memory trash list users/u1/projects/default/memory`" in cleared.stderr
     assert auto.list_facts("u1") == [] and auto.get_profile("u1").get(ProfileKey.WORK) == "Frontend engineer"
+    (item,) = json.loads(cli("trash", "list", "users/u1/projects/default/memory", "--json").stdout)
+    assert cli("trash", "restore", "users/u1/projects/default/memory", item["id"]).returncode == 0
+    assert {f.content for f in auto.list_facts("u1")} == {"Prefers tea", "Business trip to Tokyo next week"}
 
 
 def test_dry_runs_report_exactly_what_the_import_then_does(cfg: MemoryConfig, cli: Cli, tmp_path: Path) -> None:
@@ -305,4 +355,6 @@ def test_dry_runs_report_exactly_what_the_import_then_does(cfg: MemoryConfig, cl
     assert real.stdout == replace_dry.stdout
     assert b"wrote 1 files into 3 places (replace): 0 created, 1 updated, 2 unchanged, 2 removed" in real.stderr
     assert stored(cfg, "users/u1/agent-memory/default/extra.md") is None
-    assert keys(cfg, "users/u1/agent-memory/coder/") == []
+    left = keys(cfg, "users/u1/agent-memory/coder/")  # the place the bundle does not name: cleared ...
+    assert not [k for k in left if k.endswith(".md") and not k.endswith("/MEMORY.md")]
+    assert any("/.trash/" in k for k in left)  # ... into its trash

@@ -44,3 +44,30 @@ def test_rm_then_trash_list_restore_and_purge(cfg: MemoryConfig, cli: Cli) -> No
     assert purged.returncode == 0 and b"purged 1 trash item" in purged.stderr
     assert json.loads(cli("trash", "list", PLACE, "--json").stdout) == []
     assert stored(cfg, f"{PLACE}/notes/b.md") is None  # purged for good
+
+
+def test_clear_moves_a_users_memory_to_the_trash_and_trash_restore_brings_it_back(cfg: MemoryConfig,
+                                                                                  cli: Cli) -> None:
+    """``clear`` (forget a user) is restorable unless ``--purge`` is asked for, and says which."""
+    services = services_for(cfg)
+    services.user_agent_dir("u1").save_many([("a.md", GOOD), ("notes/b.md", PREFS)])
+    services.auto_memory().add_fact("u1", "prefers tea", "preference", 1.0)
+    facts_place = "users/u1/projects/default/memory"
+    cleared = cli("clear", "users/u1")
+    assert cleared.returncode == 0, cleared.stderr
+    err = cleared.stderr.decode()
+    assert "cleared 3 memory files in 2 places" in err and "trash" in err and "--purge" in err
+    assert stored(cfg, f"{PLACE}/a.md") is None and services.auto_memory().list_facts("u1") == []
+    for place, files in ((PLACE, ["a.md", "notes/b.md"]), (facts_place, None)):
+        (item,) = json.loads(cli("trash", "list", place, "--json").stdout)
+        assert item["origin"] == "cli" and (files is None or sorted(item["files"]) == files)
+        back = cli("trash", "restore", place, item["id"])
+        assert back.returncode == 0, back.stderr
+    assert stored(cfg, f"{PLACE}/a.md") == GOOD.encode() and stored(cfg, f"{PLACE}/notes/b.md") == PREFS.encode()
+    assert b"a.md" in (stored(cfg, f"{PLACE}/MEMORY.md") or b"")
+    assert [f.content for f in services.auto_memory().list_facts("u1")] == ["prefers tea"]
+
+    purged = cli("clear", "users/u1", "--purge")
+    assert purged.returncode == 0 and b"for good" in purged.stderr
+    assert json.loads(cli("trash", "list", PLACE, "--json").stdout) == []
+    assert [k for k in test_cli.keys(cfg, "users/u1/")] == []

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness_memory.config import ENV_PREFIX, ConfigError, MemoryConfig, env_table
+from harness_memory.config import ENV_PREFIX, ConfigError, MemoryConfig, env_table, project_dir
 
 
 def _write(path: Path, text: str) -> Path:
@@ -104,6 +104,8 @@ def test_every_env_name_reaches_its_field() -> None:
             continue
         value = getattr(getattr(cfg, section), field)
         shown = value.get_secret_value() if hasattr(value, "get_secret_value") else str(value)
+        if path == "agent.snapshots_dir":  # a relative folder is made absolute at load time
+            shown = str(Path(shown).relative_to(project_dir()))
         assert shown == junk, (name, value)
 
 
@@ -174,3 +176,18 @@ def test_empty_yaml_section_is_allowed(tmp_path: Path) -> None:
     assert MemoryConfig.load(yaml_file, env={}).session.keep_messages == 5
     with pytest.raises(ConfigError, match=r"'store' .* must be a mapping"):
         MemoryConfig.load(_write(tmp_path / "scalar.yaml", "store: cos\n"), env={})
+
+
+def test_a_relative_snapshots_dir_is_made_absolute_when_the_config_is_loaded(tmp_path: Path) -> None:
+    """Beside the config file (set in it, by the environment, or the default), else the project's."""
+    config = tmp_path / "conf" / "harness.yaml"
+    config.parent.mkdir()
+    config.write_text("agent:\n  project: p\n")
+    beside = tmp_path / "conf"
+    assert MemoryConfig.load(config, env={}).agent.snapshots_dir == beside / "snapshots"
+    assert MemoryConfig.load(config, env={"HARNESS_MEMORY_SNAPSHOTS_DIR": "x/y"}).agent.snapshots_dir == beside / "x/y"
+    config.write_text("agent:\n  snapshots_dir: starter\n")
+    assert MemoryConfig.load(config, env={}).agent.snapshots_dir == beside / "starter"
+    assert MemoryConfig.load(env={}).agent.snapshots_dir == project_dir() / "snapshots"
+    assert MemoryConfig.load(env={"HARNESS_MEMORY_SNAPSHOTS_DIR": str(tmp_path)}).agent.snapshots_dir == tmp_path
+    assert project_dir().is_absolute() and (project_dir() / "pyproject.toml").is_file()  # this checkout

@@ -214,5 +214,6 @@ def test_the_documented_curl_examples_work_as_written(served: tuple[str, Path], 
                      "stored the cl100k_base encoding", "doctor: OK"]:
         assert fragment in said, (fragment, said)
     assert (workdir / "u1-backup.zip").exists()
-    assert not (home / ".harness" / "users" / "u2").exists() or not any(
-        (home / ".harness" / "users" / "u2").rglob("*.md"))  # `clear users/u2` forgot u2
+    u2 = home / ".harness" / "users" / "u2"
+    assert not u2.exists() or not any(p.name != "MEMORY.md" for p in u2.rglob("*.md"))  # `clear users/u2` forgot u2
+    assert "moved to each place's trash" in said  # ... restorably (`trash restore`), as the command says

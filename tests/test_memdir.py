@@ -18,6 +18,7 @@ from harness_memory.memdir import (
     parse_index,
     parse_memory,
     render_index,
+    trash,
 )
 from harness_memory.memdir.stored import manifest_from_bytes
 from harness_memory.storage.base import ObjectStore
@@ -196,9 +197,22 @@ def test_failed_index_update_rolls_back_the_file(memdir: MemoryDir, store: Objec
 
 
 def test_clear(memdir: MemoryDir, store: ObjectStore) -> None:
+    """``clear`` moves every memory into one trash item (restorable); ``purge=True`` removes the
+    place for good, its trash and history too."""
     for i in range(3):
         memdir.save(f"{i}.md", mem())
+    memdir.save("0.md", mem(name="again"))  # a history version
+    store.put(memdir.place.prefix + ".snapshot-synced.json", b"{}")  # the place's state starts over
     assert memdir.clear() == 3
+    assert memdir.list_entries() == [] and memdir.manifest().meta == {}
+    left = {i.key[len(memdir.place.prefix):].split("/", 1)[0] for i in store.list(memdir.place.prefix)}
+    assert left <= {".trash", ".history", ".manifest.json", "MEMORY.md", ".search-index.bin", ".search-delta.bin"}
+    assert ".trash" in left and ".history" in left
+    (batch,) = trash.list_trash(memdir)
+    assert sorted(f.file for f in batch.files) == ["0.md", "1.md", "2.md"]
+    assert trash.restore(memdir, batch.id) == ["0.md", "1.md", "2.md"]
+    assert memdir.read("0.md").text == mem(name="again")
+    assert memdir.clear(purge=True) == 3
     assert list(store.list(memdir.place.prefix)) == []
 
 

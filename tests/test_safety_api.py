@@ -277,3 +277,33 @@ async def test_each_memory_says_who_wrote_its_current_version(cfg: MemoryConfig)
         assert await origin("a.md") == "import" and await origin("b.md") == "import"
         meta = json.loads(stored(cfg, PLACE + ".manifest.json") or b"{}").get("meta", {})
         assert len(meta.get("origins", {})) <= kept.MAX_ORIGINS
+
+
+async def test_clearing_a_place_or_forgetting_a_user_goes_to_the_trash_unless_purged(cfg: MemoryConfig) -> None:
+    services = services_for(cfg)
+    services.user_agent_dir("u1").save_many([("a.md", GOOD), ("notes/b.md", PREFS)])
+    services.auto_memory().add_fact("u1", "prefers tea", "preference", 1.0)
+    facts_base = "/users/me/projects/default/memory"
+    async with api(cfg, wid="u1") as c:
+        cleared = (await c.delete(BASE)).json()
+        assert cleared["deleted_files"] == 2 and cleared["in_trash"] is True and cleared["keep_days"] == 30
+        assert (await c.get(BASE)).json()["total"] == 0 and stored(cfg, PLACE + "a.md") is None
+        (item,) = (await c.get(f"{BASE}/trash")).json()["items"]
+        assert item["origin"] == "api" and sorted(f["file"] for f in item["files"]) == ["a.md", "notes/b.md"]
+        assert (await c.post(f"{BASE}/trash/{item['id']}/restore")).status_code == 200
+        assert stored(cfg, PLACE + "a.md") == GOOD.encode() and stored(cfg, PLACE + "notes/b.md") == PREFS.encode()
+
+        forgot = (await c.delete("/users/me/memory")).json()
+        assert forgot["deleted_files"] == 3 and forgot["in_trash"] is True and len(forgot["places"]) == 2
+        assert (await c.get("/users/me/facts")).json()["count"] == 0
+        for base in (BASE, facts_base):
+            (item,) = (await c.get(f"{base}/trash")).json()["items"]
+            assert item["origin"] == "person"
+            assert (await c.post(f"{base}/trash/{item['id']}/restore")).status_code == 200
+        assert stored(cfg, PLACE + "a.md") == GOOD.encode()
+        assert [f["content"] for f in (await c.get("/users/me/facts")).json()["facts"]] == ["prefers tea"]
+
+        purged = (await c.delete("/users/me/memory?purge=true")).json()
+        assert purged["deleted_files"] == 3 and purged["in_trash"] is False and purged["keep_days"] is None
+        assert (await c.get(f"{BASE}/trash")).json()["count"] == 0
+    assert stored(cfg, PLACE + ".manifest.json") is None and stored(cfg, PLACE + "MEMORY.md") is None

@@ -130,8 +130,9 @@ async def test_file_crud_round_trip_is_stored(cfg: MemoryConfig) -> None:
         assert gone.status_code == 404 and "prefs.md" in error_of(gone)["detail"]
         assert (await c.get(f"{BASE}/files/prefs.md")).status_code == 404
 
-        cleared = await c.delete(BASE)
+        cleared = await c.delete(BASE, params={"purge": "true"})  # for good (the default is the trash)
         assert cleared.status_code == 200 and cleared.json()["deleted_files"] == 1
+        assert cleared.json()["in_trash"] is False
         assert keys(cfg, "users/u1/") == []
 
 

@@ -91,7 +91,7 @@ async def test_export_clear_import_restores_byte_identical_memory(cfg: MemoryCon
         exported = await c.get("/users/me/memory/export", params={"format": fmt})
         assert exported.status_code == 200
         assert "attachment" in exported.headers["content-disposition"]
-        forgot = await c.delete("/users/me/memory")
+        forgot = await c.delete("/users/me/memory", params={"purge": "true"})  # for good: nothing left
         assert forgot.status_code == 200 and forgot.json()["deleted_files"] >= 7
         assert user_objects(cfg) == {} and (await c.get("/users/me/memory")).json()["places"] == []
         media = "application/zip" if fmt == "zip" else "application/json"
@@ -222,7 +222,10 @@ async def test_a_dry_run_reports_exactly_what_the_import_does(cfg: MemoryConfig,
             if mode == "merge":  # back to the changed state for the replace preview
                 await c.put("/users/me/agents/default/memory/files/prefs.md", json={"content": GOOD})
                 await c.delete("/users/me/agents/default/memory/files/bom.md")
-    assert user_objects(cfg, safety_net=False) == before  # the memories as exported; what it replaced is in the trash
+    after = user_objects(cfg, safety_net=False)
+    # the place not in the bundle was cleared into its trash: it stays, with an empty index
+    assert after.pop("memory/users/u1/agent-memory/other/MEMORY.md") == b"# Memory index\n\n"
+    assert after == before  # the memories as exported; what it replaced is in the trash
     assert any("/.trash/" in k for k in user_objects(cfg))
 
 

@@ -272,9 +272,10 @@ def test_a_failed_index_write_changes_nothing(pods: Pods) -> None:
     store.fail(MANIFEST_WRITE)
     said = svc.memory_tools("u").save_file("a.md", doc("after"))
     assert said.startswith("Error:") and "Nothing was saved" in said
-    assert not any(op.startswith("put") and not key.endswith("/.manifest.json")
-                   for op, key in store.calls.log[puts:])  # nothing else was even tried
+    tried = [key for op, key in store.calls.log[puts:] if op.startswith("put") and not key.endswith("/.manifest.json")]
+    assert len(tried) == 1 and "/.history/" in tried[0]  # only the copy of what it replaces, before the head ...
     store.clear()
+    assert not store.exists(tried[0])  # ... removed again when the commit failed
     assert "before" in mdir.read("a.md").text
 
 

@@ -251,9 +251,30 @@ def test_delete_and_forget_everything(browser: Any, server: LiveServer) -> None:
     page.fill("#confirm-input", "forget")
     page.click("#confirm-go")
     page.wait_for_selector("#transfer-result:has-text('Forgot')", timeout=WAIT)
-    assert not list(server.services.store.list("memory/users/u1/"))
+    assert "in the trash for 30 days" in page.inner_text("#transfer-result")
+    assert stored(server, "u1", "user_role.md") is None
     assert server.services.auto_memory().list_facts("u1") == []
     assert stored(server, "u2", "keep.md") == AGENT_MEMORY  # another user's memory is untouched
+    # Forgotten into the trash: both come back from the trash page.
+    page.goto(server.url + "/ui/#/trash")
+    ready(page, "trash")
+    for source, before in (("memories", 2), ("facts", 1)):  # memories: the forget, then the earlier delete
+        items = f"section.trash[data-source='{source}'] .trash-item"
+        assert page.locator(items).count() == before
+        assert "by you, on this page" in page.locator(items).first.inner_text()  # the forget, newest first
+        page.locator(items).first.locator(".trash-restore").click()
+        page.wait_for_selector(f"{items}:nth-child({before})", state="detached", timeout=WAIT)  # one fewer
+    assert stored(server, "u1", "user_role.md") == AGENT_MEMORY
+    assert [f.content for f in server.services.auto_memory().list_facts("u1")] == [
+        "business trip to Shanghai next week"]
+    # "Delete for good" leaves nothing, the trash included.
+    page.goto(server.url + "/ui/#/transfer")
+    ready(page, "transfer")
+    page.click("#forget-purge")
+    page.fill("#confirm-input", "delete for good")
+    page.click("#confirm-go")
+    page.wait_for_selector("#transfer-result:has-text('for good')", timeout=WAIT)
+    assert not list(server.services.store.list("memory/users/u1/"))
 
 
 def test_another_users_browser_cannot_reach_their_memory(browser: Any, server: LiveServer) -> None:

@@ -12,7 +12,6 @@ import datetime as dt
 import logging
 
 from ..errors import HarnessMemoryError
-from ..memdir.trash import keep_removed
 from .apply import evict, prepare_fact, review_expired, upsert_fact
 from .history import UpdateRecord
 from .lifecycle import expiry_for
@@ -133,11 +132,8 @@ class FactAPI:
 
     def delete_fact(self, user_id: str | None, fact_id: str, *, shared: bool = False) -> bool:
         """Remove a fact, keeping it in the place's trash (restorable); False when there is none."""
-        with self._place(user_id, shared).transaction() as txn:
-            if not txn.delete_fact(fact_id):
-                return False
-            keep_removed(txn.place_txn, [fact_id + ".md"], "person")
-            return True
+        with self._place(user_id, shared).transaction(trash="person") as txn:
+            return txn.delete_fact(fact_id)
 
     def clear_facts(self, user_id: str | None, *, shared: bool = False) -> int:
         """Delete every fact of the place but keep the profile (one transaction); the user's
@@ -145,10 +141,8 @@ class FactAPI:
         the list a moment later. The facts go to the place's trash (one item). Returns how many were deleted."""
         if not shared and user_id:
             self._drop_queued(user_id)
-        with self._place(user_id, shared).transaction() as txn:
+        with self._place(user_id, shared).transaction(trash="person") as txn:  # one trash item: one restore
             gone = [fid for fid in list(txn.view.facts) if txn.delete_fact(fid)]
-            if gone:  # one trash item: the whole list comes back with one restore
-                keep_removed(txn.place_txn, [fid + ".md" for fid in gone], "person")
         log.info("auto memory: cleared %d fact(s) of %s (profile kept)", len(gone), "shared" if shared else user_id)
         return len(gone)
 
@@ -158,7 +152,7 @@ class FactAPI:
         place = self._place(user_id, shared)
         if not any(f.expires for f in place.read().facts.values()):
             return []
-        with place.transaction() as txn:
+        with place.transaction(trash="auto") as txn:  # expired or evicted: restorable from the trash
             report = ApplyReport()
             gone = review_expired(txn, self._today(), report) + evict(txn, self.max_facts)
         return gone

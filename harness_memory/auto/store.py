@@ -39,6 +39,7 @@ from typing import Any
 
 from ..errors import MemoryFormatError, StorageError
 from ..memdir import Manifest, ManifestEntry, MemoryDir, MemoryFile, MemoryType, PlaceTxn, TxnResult, parse_memory
+from ..memdir.trash import keep_removed
 from .history import MAX_HISTORY, UpdateRecord
 from .model import FACT_PREFIX, PROFILE_FILE, Category, Fact, Profile, ProfileKey
 
@@ -252,12 +253,17 @@ class AutoPlace:
         return Watermarks.from_bytes(obj.data if obj else None)
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[AutoTxn]:
+    def transaction(self, trash: str | None = None) -> Iterator[AutoTxn]:
         """Hold the place lock, yield the current state; committed (one ``PlaceTxn``: the fact and
-        profile files, the manifest, the watermarks) when the block ends cleanly."""
+        profile files, the manifest, the watermarks) when the block ends cleanly. ``trash``: the
+        origin under which the facts the block deletes go to the place's trash, as one item
+        (``person`` for the page, ``auto`` for an update's removals, merges, expiry and eviction);
+        None deletes without a copy."""
         with self.dir.transaction() as place_txn:
             txn = AutoTxn(self, place_txn)
             yield txn
+            if trash is not None and txn.deleted:
+                keep_removed(place_txn, [fid + ".md" for fid in sorted(txn.deleted)], trash)
             txn.stage()
         if place_txn.committed is not None:
             txn.done(place_txn.committed)
@@ -299,6 +305,11 @@ class AutoTxn:
         self._changed.discard(fact_id)
         self._deleted.add(fact_id)
         return True
+
+    @property
+    def deleted(self) -> set[str]:
+        """The ids of the facts this transaction removes."""
+        return set(self._deleted)
 
     def set_profile(self, profile: Profile) -> None:
         self.view.profile = profile

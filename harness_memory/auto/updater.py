@@ -156,7 +156,9 @@ class Updater:
         report = ApplyReport(where=f"{batch.key.user_id}/{batch.key.session_id}")
         for _ in range(plan.invalid_items):
             report.reject("invalid_item", "an item of the answer")
-        with prepared.place.transaction() as txn:
+        # what the update removes (factsToRemove, merged-away sources, expired, evicted) goes to the
+        # place's trash as one item, restorable from the page like a person's delete
+        with prepared.place.transaction(trash="auto") as txn:
             apply_plan(plan, txn, prepared.snapshot, rules, ctx, report)
             txn.watermarks.mark(batch.key.watermark_id, [m.key for m in unseen], time.time())
             if report.changed or report.rejected or report.merges_proposed:

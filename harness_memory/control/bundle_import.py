@@ -26,7 +26,7 @@ from ..config import LimitsConfig
 from ..errors import InvalidName, MemoryFormatError
 from ..layout import INDEX_FILE, Place, PlaceKind, validate_filename, validate_id
 from ..memdir import Manifest, MemoryDir, is_state_file
-from ..memdir.trash import keep_removed, record_origin
+from ..memdir.trash import keep_removed, keep_version, record_origin
 from .bundle import MAX_STATE_FILE_BYTES, Bundle, BundleFile, BundlePlace, Progress
 from .places import place_path
 
@@ -291,6 +291,8 @@ def apply_import(plans: Sequence[PlannedPlace], mode: Literal["merge", "replace"
                     if created_at is not None:
                         unchanged[name] = created_at
                     continue
+                if mode == "merge" and current is not None and not same:  # what it overwrites: a version
+                    keep_version(txn, name, "import", text)
                 # replace: the entries were cleared, so an identical file is written again (same bytes)
                 txn.write(name, text, created_at=created_at)
                 if same:
@@ -306,7 +308,7 @@ def apply_import(plans: Sequence[PlannedPlace], mode: Literal["merge", "replace"
     if mode == "replace":
         for mdir in clear_also:
             rep = reports.setdefault(mdir.place.prefix, PlaceReport(place_path(mdir.place)))
-            rep.removed += _memory_file_count(mdir) if dry_run else mdir.clear()
+            rep.removed += _memory_file_count(mdir) if dry_run else mdir.clear(origin="import")
     report.places = list(reports.values())
     return report
 

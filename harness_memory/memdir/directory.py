@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from ..config import LimitsConfig
 from ..errors import (
+    InvalidName,
     LeaseLost,
     LockTimeout,
     MemoryFormatError,
@@ -43,6 +44,7 @@ from ..redis_client import REDIS_ERRORS
 from ..storage.base import ObjectStore, StoredObject
 from . import group, heads, stored
 from . import intent as intents
+from . import keep as kept
 from . import redo as redos
 from .index import (
     MANIFEST_VERSION,
@@ -56,7 +58,7 @@ from .index import (
 )
 from .model import MemoryFile, parse_memory, utf8_size
 from .port import CommitListener, announce
-from .txn import ABSENT, PlaceTxn, SaveResult, TxnResult
+from .txn import ABSENT, PlaceTxn, SaveResult, TxnResult, is_state_file
 
 log = logging.getLogger(__name__)
 #: Manifest commit attempts at least (more while the lock-wait budget lasts, with back-off).
@@ -198,10 +200,11 @@ class MemoryDir:
                 yield txn
             return
         known: dict[str, str] = {}
+        texts: dict[str, bytes] = {}
         marker, copy = self._recall_head(lease) if blind else (None, None)
         try:
             if copy is not None:  # this pod's copy of the current head: no GET
-                (manifest, known), files, done = copy, {}, copy[0].txn
+                (manifest, known, texts), files, done = copy, {}, copy[0].txn
                 etag = manifest.head_etag
             else:
                 manifest, etag, files, done = self._load(prefetch, lease, marker=marker)
@@ -215,6 +218,7 @@ class MemoryDir:
         undone = self._resolve_legacy(manifest, etag, lease) if manifest.version < 3 or repair else set()
         txn = PlaceTxn(self, manifest, etag, lease)
         txn.known_etags = known
+        txn.known_texts = texts
         txn.seed_reads({f: obj for f, obj in files.items() if f not in undone})  # undone: read after the undo
         if completion is not None:
             txn.seed_reads(completion.objects)  # what the completed files hold now
@@ -223,7 +227,7 @@ class MemoryDir:
             txn.commit()
 
     def _recall_head(self, lease: Lease
-                     ) -> tuple[tuple[str, str] | None, tuple[Manifest, dict[str, str]] | None]:
+                     ) -> tuple[tuple[str, str] | None, tuple[Manifest, dict[str, str], dict[str, bytes]] | None]:
         """Where the store enforces conditional writes: the lock's done marker (commit id, head
         etag), and this pod's copy of the head it names with the file etags known under it
         (``heads.py``) when the pod holds it. (None, None) when the lock keeps no marker."""
@@ -233,7 +237,7 @@ class MemoryDir:
         marker = last()
         if marker is None:
             return ("", ""), None  # asked: the lock has none (no second look in ``_load``)
-        got = heads.recall(self.store, self.place.prefix, marker[1]) if marker[1] else None
+        got = heads.recall_with_texts(self.store, self.place.prefix, marker[1]) if marker[1] else None
         if got is None or got[0].txn != marker[0]:
             return marker, None
         return marker, got
@@ -294,7 +298,8 @@ class MemoryDir:
                 self.store.delete(self.intent_key)
         return {w.file for w in pending.writes} if undone else set()
 
-    def save(self, file: str, content: str, *, expect: str | None = None) -> SaveResult:
+    def save(self, file: str, content: str, *, expect: str | None = None,
+             origin: str = kept.ASSISTANT) -> SaveResult:
         """Write a memory file (create or overwrite) and its index entry, atomically as a unit.
 
         ``expect``: None writes unconditionally; ``ABSENT`` only creates (PreconditionFailed when
@@ -302,12 +307,16 @@ class MemoryDir:
         changed or is gone) — checked under the place lock, so two editors cannot both win.
         With Redis locks a save that has to wait hands its change to the lock's holder (group
         commit, ``group.py``); the answer is the same as if it had run alone.
+
+        The text an overwrite replaces is kept as an earlier version (``keep.keep_version``) in
+        the same commit. ``origin``: who saves — ``assistant`` (the tools), or ``person``, ``api``,
+        ``restore``…, recorded as the file's provenance (``keep.record_origin``).
         """
         file = validate_filename(file)
         self.check_content(content)  # refuse bad content before waiting for the lock
-        handoff = self._handoff()
+        handoff = self._handoff() if origin == kept.ASSISTANT else None  # a hand-over carries no origin
         if handoff is None:
-            return self._redo_on_conflict(lambda: self._save_once(file, content, expect))
+            return self._redo_on_conflict(lambda: self._save_once(file, content, expect, origin=origin))
         return self._save_grouped(handoff, file, content, expect)
 
     def _handoff(self) -> group.Handoff | None:
@@ -384,7 +393,8 @@ class MemoryDir:
         return self._redo_on_conflict(lambda: self._save_once(file, content, expect))
 
     def _save_once(self, file: str, content: str, expect: str | None, lease: Lease | None = None, *,
-                   handoff: group.Handoff | None = None, redo: bool = False) -> SaveResult:
+                   handoff: group.Handoff | None = None, redo: bool = False,
+                   origin: str = kept.ASSISTANT) -> SaveResult:
         """One save transaction (in ``lease`` when the caller holds the lock). As a Redis lock's
         holder it takes waiting saves into the same commit (``handoff``). ``redo``: the save's
         proposal was taken by a holder that stopped — a file already holding exactly this text is
@@ -404,7 +414,10 @@ class MemoryDir:
                 if ours and entry is not None:
                     # created by that commit when its entry was made at that moment (created = updated)
                     return SaveResult(file, entry.created_at == entry.updated_at, entry)
+            kept.keep_version(txn, file, origin, content)  # what an overwrite replaces: its history
             txn.write(file, content, expect=expect)
+            if origin != kept.ASSISTANT:
+                kept.record_origin(txn, origin)
             staged: list[group.Proposal] = []
             if handoff is not None and isinstance(txn.lease, RedisLease):
                 try:
@@ -417,7 +430,7 @@ class MemoryDir:
                 except (MemoryFormatError, PreconditionFailed) as exc:  # maybe caused by a proposal: alone
                     group.answer_failed(handoff, staged, exc)
                     log.info("group commit on %s failed (%s); committing alone", self.place.label, exc)
-                    return self._save_once(file, content, expect, txn.lease)
+                    return self._save_once(file, content, expect, txn.lease, origin=origin)
                 except BaseException as exc:
                     group.answer_failed(handoff, staged, exc)
                     raise
@@ -489,14 +502,16 @@ class MemoryDir:
                 txn.write(file, content)
         return _committed(txn).saved
 
-    def replace_chunk(self, file: str, old: str, new: str, *, replace_all: bool = False) -> SaveResult:
-        """Replace an exact chunk of a memory file (must match once unless ``replace_all``)."""
+    def replace_chunk(self, file: str, old: str, new: str, *, replace_all: bool = False,
+                      origin: str = kept.ASSISTANT) -> SaveResult:
+        """Replace an exact chunk of a memory file (must match once unless ``replace_all``); the
+        text it replaces is kept as an earlier version (``origin`` as in ``save``)."""
         file = validate_filename(file)
         if not old:
             raise MemoryFormatError("old_chunk must not be empty; use save_file to rewrite a whole file")
-        return self._redo_on_conflict(lambda: self._replace_once(file, old, new, replace_all))
+        return self._redo_on_conflict(lambda: self._replace_once(file, old, new, replace_all, origin))
 
-    def _replace_once(self, file: str, old: str, new: str, replace_all: bool) -> SaveResult:
+    def _replace_once(self, file: str, old: str, new: str, replace_all: bool, origin: str) -> SaveResult:
         with self.transaction(prefetch=(file,)) as txn:
             current_obj = txn.read(file)
             if current_obj is None:
@@ -517,7 +532,11 @@ class MemoryDir:
                     f"the text to replace occurs {count} times in {file}; include more surrounding text "
                     "so it matches exactly once"
                 )
-            txn.write(file, current.replace(old, new))
+            text = current.replace(old, new)
+            kept.keep_version(txn, file, origin, text)  # read above: the copy costs one PUT
+            txn.write(file, text)
+            if origin != kept.ASSISTANT:
+                kept.record_origin(txn, origin)
         return _committed(txn).saved[0]
 
     def _redo_on_conflict(self, once: Callable[[], SaveResult]) -> SaveResult:
@@ -535,17 +554,20 @@ class MemoryDir:
                 time.sleep(pause * (0.5 + random.random()))
                 pause = min(pause * 2, 0.5)
 
-    def delete(self, file: str) -> bool:
-        """Remove a memory file and its index entry; False when it did not exist."""
-        return self.remove(file) is not None
+    def delete(self, file: str, *, origin: str = kept.ASSISTANT) -> bool:
+        """Remove a memory file and its index entry, keeping it in the trash; False when it did not exist."""
+        return self.remove(file, origin=origin) is not None
 
-    def remove(self, file: str) -> TxnResult | None:
+    def remove(self, file: str, *, origin: str = kept.ASSISTANT) -> TxnResult | None:
         """``delete`` that returns what the commit did (None: the file did not exist), so a caller
-        can say whether MEMORY.md was rewritten (``TxnResult.index_warning``)."""
+        can say whether MEMORY.md was rewritten (``TxnResult.index_warning``). The file goes to the
+        place's trash in the same commit (``keep.keep_removed``: restorable for
+        ``limits.trash_days``); its text is read beside the head, as its existence was before."""
         file = validate_filename(file)
-        with self.transaction() as txn:
-            if not self.store.exists(self.place.key(file)) and file not in txn.manifest.entries:
+        with self.transaction(prefetch=(file,)) as txn:
+            if txn.read(file) is None and file not in txn.manifest.entries:
                 return None
+            kept.keep_removed(txn, [file], origin)
             txn.delete(file)
         return _committed(txn)
 
@@ -555,8 +577,15 @@ class MemoryDir:
             txn.mutate(mutate)
         return _committed(txn).manifest
 
-    def clear(self) -> int:
-        """Delete every memory file, the manifest and MEMORY.md of this place."""
+    def clear(self, *, purge: bool = False, origin: str = "person") -> int:
+        """Forget everything in this place; returns how many memory files it removed.
+
+        By default restorably: the memory files go into one trash batch (``clear_to_trash``,
+        kept for ``limits.trash_days``), the index and the place's state start over, the trash and
+        the history stay. ``purge``: delete every object of the place for good — memory files,
+        manifest, MEMORY.md, state, trash and history."""
+        if not purge:
+            return self.clear_to_trash(origin)[1]
         with self.locker.hold(self.place.lock_name()):
             keys = [info.key for info in self.store.list(self.place.prefix)]
             failures = self.store.delete_many(keys)
@@ -564,6 +593,41 @@ class MemoryDir:
                 raise StorageError(f"{len(failures)} objects could not be deleted, e.g. {failures[0].key}: "
                                    f"{failures[0].message}")
             return sum(1 for k in keys if k.endswith(".md") and not k.endswith("/" + INDEX_FILE))
+
+    def clear_to_trash(self, origin: str = "person") -> tuple[kept.TrashBatch | None, int]:
+        """Forget everything in this place, restorably: every memory file (those the manifest lists
+        and any other ``.md`` object below the place) goes into ONE trash batch and leaves the place
+        in one commit; the manifest's meta and the place's state files (the snapshot record, auto
+        memory's watermarks) go too, so the place starts over as a new one. The trash and the
+        history stay. Returns the batch and how many memory files were removed."""
+        prefix = self.place.prefix
+        stray: set[str] = set()
+        states: set[str] = set()
+        for info in self.store.list(prefix):
+            rel = info.key[len(prefix):]
+            if kept.is_kept(rel) or rel == INDEX_FILE:
+                continue
+            if is_state_file(rel):
+                states.add(rel)
+            elif rel.endswith(".md"):
+                try:
+                    stray.add(validate_filename(rel))
+                except (InvalidName, MemoryFormatError):  # not a name a memory can have: left alone
+                    continue
+        with self.transaction() as txn:
+            names = sorted(stray | set(txn.manifest.entries))
+            txn.prefetch(names)
+            present = [n for n in names if n in txn.manifest.entries or txn.read(n) is not None]
+            batch = kept.keep_removed(txn, present, origin)
+            for name in present:
+                txn.delete(name)
+            if present or txn.manifest.meta:
+                txn.clear_entries()
+                txn.mutate(lambda m: m.meta.clear())
+            for name in states:
+                txn.delete_state(name)
+        kept.purge_expired(self)
+        return batch, len(present)
 
     def reindex(self) -> Manifest:
         """Rebuild the manifest and MEMORY.md from the files themselves (LIST; on demand only).

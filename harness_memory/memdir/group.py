@@ -183,6 +183,7 @@ def stage(txn: PlaceTxn, proposals: list[Proposal], handoff: Handoff) -> tuple[l
     """Stage the proposals that can join ``txn``'s commit; answer the others "alone" (they run by
     themselves and meet their own error) or give them back (a file already in this batch).
     Returns the staged proposals and the answers sent."""
+    from .keep import ASSISTANT, keep_version
     from .txn import ABSENT
 
     # Only files the manifest lists are read (their text is the undo record and their etag the
@@ -213,6 +214,7 @@ def stage(txn: PlaceTxn, proposals: list[Proposal], handoff: Handoff) -> tuple[l
         except MemoryFormatError:
             alone.append((p, Answer(ALONE)))
             continue
+        keep_version(txn, p.file, ASSISTANT, p.content)  # read above: an overwrite's history, as alone
         staged.append(p)
     handoff.give_back(later)
     handoff.answer(alone)

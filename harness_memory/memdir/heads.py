@@ -18,7 +18,9 @@ reads the head. On real COS (no If-Match) every transaction reads the head.
 
 Along with a head the pod keeps the etags of the files it wrote or read under it, so an overwrite
 of such a file needs no GET for the version it replaces (the write's condition; a writer that
-must *check* a version — ``expect`` — still reads it).
+must *check* a version — ``expect`` — still reads it). For the small ones it keeps their bytes
+too (``TEXT_BYTES`` per place), so the copy an overwrite keeps in the file's history
+(``keep.keep_version``) needs no GET either: at most ``TEXT_BYTES`` x ``CACHE_PLACES`` (32 MiB) a pod.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ if TYPE_CHECKING:
 CACHE_PLACES = 512
 CACHE_ENTRIES = 200_000
 FILES_PER_PLACE = 4096
+#: The bytes of known files kept per place (the oldest go first), and the largest file kept.
+TEXT_BYTES = 64 * 1024
+TEXT_FILE_BYTES = 16 * 1024
 
 
 @dataclass(slots=True)
@@ -48,6 +53,8 @@ class _Held:
     manifest: Manifest
     etag: str
     files: dict[str, str] = field(default_factory=dict)
+    #: file -> its bytes at the etag ``files`` holds for it (small files only).
+    texts: dict[str, bytes] = field(default_factory=dict)
 
 
 #: Per store (dies with it), place prefix -> the head this pod committed there last.
@@ -64,22 +71,36 @@ def private_copy(manifest: Manifest) -> Manifest:
 
 
 def remember(store: ObjectStore, prefix: str, manifest: Manifest, etag: str, files: dict[str, str],
-             since: str | None, gone: list[str] | tuple[str, ...] = ()) -> None:
+             since: str | None, gone: list[str] | tuple[str, ...] = (),
+             texts: dict[str, bytes] | None = None) -> None:
     """``manifest`` (committed by this pod as head ``etag`` on top of head ``since``, every write
-    of it landed) and the etags of the files it wrote or read. The file etags known under
-    ``since`` carry over (the commit changed only its own files). Keeps a private copy."""
+    of it landed), the etags of the files it wrote or read and (``texts``) the bytes of those it
+    has at those etags. What is known under ``since`` carries over (the commit changed only its
+    own files). Keeps a private copy."""
     key = prefix
     held = _Held(private_copy(manifest), etag)
     places = _heads.of(store)
+    texts = texts or {}
     with _lock:
         previous = places.get(key)
         if previous is not None and since is not None and previous.etag == since:
-            held.files = previous.files
+            held.files, held.texts = previous.files, previous.texts
         for file in gone:
             held.files.pop(file, None)
+            held.texts.pop(file, None)
         held.files.update(files)
+        for file in files:  # a new etag: the bytes known for the old one no longer hold
+            data = texts.get(file)
+            held.texts.pop(file, None)
+            if data is not None and len(data) <= TEXT_FILE_BYTES:
+                held.texts[file] = data
         while len(held.files) > FILES_PER_PLACE:
-            held.files.pop(next(iter(held.files)))
+            oldest = next(iter(held.files))
+            del held.files[oldest]
+            held.texts.pop(oldest, None)
+        size = sum(len(d) for d in held.texts.values())
+        while size > TEXT_BYTES and held.texts:
+            size -= len(held.texts.pop(next(iter(held.texts))))
         places[key] = held
         places.move_to_end(key)
         while len(places) > 1 and (len(places) > CACHE_PLACES or
@@ -90,6 +111,13 @@ def remember(store: ObjectStore, prefix: str, manifest: Manifest, etag: str, fil
 def recall(store: ObjectStore, prefix: str, etag: str) -> tuple[Manifest, dict[str, str]] | None:
     """A private copy of the head this pod remembers for the place when it is head ``etag``, and
     the file etags known under it; None otherwise."""
+    got = recall_with_texts(store, prefix, etag)
+    return None if got is None else (got[0], got[1])
+
+
+def recall_with_texts(store: ObjectStore, prefix: str, etag: str
+                      ) -> tuple[Manifest, dict[str, str], dict[str, bytes]] | None:
+    """``recall``, and the bytes of the known files it keeps (each at the etag given for it)."""
     key = prefix
     places = _heads.of(store)
     with _lock:
@@ -98,10 +126,11 @@ def recall(store: ObjectStore, prefix: str, etag: str) -> tuple[Manifest, dict[s
             return None
         places.move_to_end(key)
         files = dict(held.files)
+        texts = dict(held.texts)
         manifest = held.manifest
     out = private_copy(manifest)
     out.head_etag = etag
-    return out, files
+    return out, files, texts
 
 
 def lists(store: ObjectStore, prefix: str, file: str) -> bool | None:
@@ -124,4 +153,4 @@ def clear() -> None:
     _heads.clear()
 
 
-__all__ = ["clear", "forget", "lists", "private_copy", "recall", "remember"]
+__all__ = ["clear", "forget", "lists", "private_copy", "recall", "recall_with_texts", "remember"]

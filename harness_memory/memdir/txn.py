@@ -142,6 +142,8 @@ class PlaceTxn:
         self._state: dict[str, bytes] = {}
         self._state_deletes: set[str] = set()
         self._aside: dict[str, bytes] = {}
+        #: Housekeeping run once the commit has landed (pruning old versions; never fails it).
+        self._after: list[Callable[[], object]] = []
         self._clear_entries = False
         self._compact = False
         self._results: list[SaveResult] = []
@@ -149,6 +151,8 @@ class PlaceTxn:
         #: file -> the etag it has now, known without reading it (``heads.py``: this pod wrote or
         #: read it under the head this transaction started from).
         self.known_etags: dict[str, str] = {}
+        #: file -> its bytes at the etag ``known_etags`` holds (small files this pod wrote or read).
+        self.known_texts: dict[str, bytes] = {}
         #: file -> the version each written file replaces (None: absent), at commit.
         self._priors: dict[str, str | None] = {}
         #: A commit was tried and failed: the transaction is over.
@@ -166,6 +170,18 @@ class PlaceTxn:
         if file not in self._reads:
             self._reads[file] = self.dir.store.get_or_none(self.dir.place.key(file))
         return self._reads[file]
+
+    def replaced_data(self, file: str) -> bytes | None:
+        """The bytes of ``file`` a write of it would replace (None: absent) — what this transaction
+        read, else what the pod knows of it under this very head (``heads.py``: no GET), else a
+        read. Either way the write is then derived from that version: should the head change under
+        the commit, a changed file makes it redo from a fresh read (``_refresh``)."""
+        file = validate_filename(file)
+        if file not in self._reads and file in self.known_texts and file in self.known_etags:
+            self._caller_read.add(file)
+            return self.known_texts[file]
+        obj = self.read(file)
+        return None if obj is None else obj.data
 
     def seed_reads(self, found: Mapping[str, StoredObject | None]) -> None:
         """Files already read under this lock (``MemoryDir.transaction(prefetch=...)``)."""
@@ -270,6 +286,10 @@ class PlaceTxn:
             raise MemoryFormatError(f"{name!r} is not a kept-aside object name (.<folder>/<id>.json)")
         self._aside[name] = data
 
+    def after_commit(self, fn: Callable[[], object]) -> None:
+        """Run ``fn`` once this transaction has committed (best effort: a failure is logged)."""
+        self._after.append(fn)
+
     @property
     def staged(self) -> bool:
         return bool(self._writes or self._deletes or self._mutations or self._state or self._state_deletes
@@ -283,10 +303,16 @@ class PlaceTxn:
         if self.aborted:
             raise WriteConflict("this transaction failed already; start a new one")
         try:
-            return self._commit()
+            out = self._commit()
         except BaseException:
             self.aborted = True
             raise
+        for fn in self._after:
+            try:
+                fn()
+            except Exception as exc:  # housekeeping: the commit stands
+                log.warning("%s: housekeeping after commit %s failed (%s)", self.dir.place.label, self.txid, exc)
+        return out
 
     def _commit(self) -> TxnResult:
         d = self.dir
@@ -410,7 +436,7 @@ class PlaceTxn:
         self.dir.complete_pending(manifest, self.lease)
         writes = list(self._writes.values())
         before = {w.file: self._priors.get(w.file) for w in writes}
-        self.known_etags = {}
+        self.known_etags, self.known_texts = {}, {}
         for w in writes:  # read again: the pod's knowledge was of the head that is gone
             self._reads.pop(w.file, None)
         self._read_priors(writes, manifest)
@@ -576,7 +602,9 @@ class PlaceTxn:
         if manifest.head_etag is None:
             return
         known = {f: o.etag for f, o in self._reads.items() if o is not None and f not in etags}
-        heads.remember(store, prefix, manifest, manifest.head_etag, {**known, **etags}, self.etag, gone)
+        texts = {f: o.data for f, o in self._reads.items() if o is not None and f not in etags}
+        texts.update((w.file, w.data) for w in self._writes.values() if w.file in etags)
+        heads.remember(store, prefix, manifest, manifest.head_etag, {**known, **etags}, self.etag, gone, texts)
         finished = getattr(self.lease, "finished", None)
         if finished is not None:
             finished(self.txid, manifest.head_etag)

@@ -112,6 +112,10 @@ class SavedFile(BaseModel):
 class Cleared(BaseModel):
     deleted_files: int
     places: list[str]
+    in_trash: bool = Field(True, description="The files are in each place's trash, restorable for `keep_days` "
+                           "(`GET …/trash`, `POST …/trash/{id}/restore`); false after `?purge=true`.")
+    keep_days: float | None = Field(None, description="How long the trash keeps them (`limits.trash_days`); "
+                                    "null when purged.")
 
 
 class UserPlaces(BaseModel):

@@ -23,7 +23,8 @@ class TrashItemOut(BaseModel):
     id: str = Field(description="Pass it to `POST …/trash/{id}/restore` (or `harness-memory trash restore`).")
     deleted_at: float
     expires_at: float = Field(description="When the trash drops it for good (`limits.trash_days`).")
-    origin: str = Field(description="What removed it: `person`, `api`, `cli`, `import`, `snapshot`.")
+    origin: str = Field(description="What removed it: `person`, `api`, `cli`, `import`, `snapshot`, "
+                        "`assistant` (its tools), `auto` (an auto-memory update).")
     files: list[TrashFileOut]
 
 

@@ -35,6 +35,8 @@ from ..schemas import (
 
 FilePath = Annotated[str, PathParam(description="File name inside the place, e.g. `user_role.md`.",
                                     max_length=1024)]
+Purge = Annotated[bool, Query(description="Delete for good instead of moving to the trash: the place's trash "
+                             "and history go too, nothing can be restored.")]
 Offset = Annotated[int, Query(ge=0, le=1_000_000, description="Skip this many matching files.")]
 Limit = Annotated[int | None, Query(ge=1, le=1000, description="At most this many files (default: all).")]
 TypeFilter = Annotated[str | None, Query(max_length=40, description="Only files of this type.")]
@@ -121,9 +123,12 @@ def add_place_routes(router: APIRouter, prefix: str, resolve: Callable[..., Memo
                         files=[entry_out(e, last.get(e.file)) for e in page],
                         matched=len(chosen), types=types, total=len(entries))
 
-    @router.delete(prefix, response_model=Cleared, summary="Clear: delete every memory file and the index", **opts)
-    def clear(mdir: Dir) -> Cleared:
-        return Cleared(deleted_files=mdir.clear(), places=[place_path(mdir.place)])
+    @router.delete(prefix, response_model=Cleared, summary="Clear: every memory file goes to the trash "
+                   "(restorable); `?purge=true` deletes for good, trash and history too", **opts)
+    def clear(mdir: Dir, purge: Purge = False) -> Cleared:
+        deleted = mdir.clear(purge=purge, origin="api")
+        return Cleared(deleted_files=deleted, places=[place_path(mdir.place)], in_trash=not purge,
+                       keep_days=None if purge else mdir.limits.trash_days)
 
     @router.get(prefix + "/index", response_model=IndexText, summary="MEMORY.md as the model sees it", **opts)
     def index(mdir: Dir) -> IndexText:
@@ -159,7 +164,7 @@ def add_place_routes(router: APIRouter, prefix: str, resolve: Callable[..., Memo
     def create_file(mdir: Dir, body: CreateFile) -> SavedFile:
         name = validate_filename(body.file)
         try:
-            result = mdir.save(name, body.content, expect=ABSENT)  # checked under the place lock
+            result = mdir.save(name, body.content, expect=ABSENT, origin="api")  # checked under the place lock
         except PreconditionFailed:
             raise ApiError(409, f"{name!r} already exists in {place_path(mdir.place)}; PUT replaces it",
                            "conflict") from None
@@ -181,7 +186,7 @@ def add_place_routes(router: APIRouter, prefix: str, resolve: Callable[..., Memo
     @router.patch(one, response_model=SavedFile, summary="Replace one exact chunk of a file", **opts)
     def patch_file(mdir: Dir, file: FilePath, body: PatchFile) -> SavedFile:
         try:
-            result = mdir.replace_chunk(file, body.old, body.new, replace_all=body.replace_all)
+            result = mdir.replace_chunk(file, body.old, body.new, replace_all=body.replace_all, origin="api")
         except ObjectNotFound:
             raise _not_found(mdir, file) from None
         return SavedFile(file=result.file, created=False, entry=entry_out(result.entry))

@@ -28,6 +28,8 @@ Format = Annotated[Literal["json", "zip"], Query(description="`json` bundle or `
 Mode = Annotated[Literal["merge", "replace"], Query(
     description="`merge`: add and overwrite the bundle's files, keep the rest. `replace`: clear first.")]
 DryRun = Annotated[bool, Query(description="Validate and report without writing anything.")]
+Purge = Annotated[bool, Query(description="Delete for good instead of moving to the trash: the trash and history "
+                             "of every place go too, nothing can be restored.")]
 IMPORT_BODY: dict[str, Any] = {
     "requestBody": {
         "required": True,
@@ -159,9 +161,11 @@ def add_user_routes(router: APIRouter, ctx: ServerContext) -> None:
 
         return import_result(await run_in_threadpool(run))
 
-    @router.delete(base, response_model=Cleared, summary="Forget everything: clear all of the user's memory", **opts)
-    def forget(user: User) -> Cleared:
+    @router.delete(base, response_model=Cleared, summary="Forget everything: all of the user's memory goes to "
+                   "each place's trash (restorable); `?purge=true` deletes for good, trash and history too", **opts)
+    def forget(user: User, purge: Purge = False) -> Cleared:
         auto_memory_for(ctx.services).forget_user(user)  # queued updates must not re-add facts
         dirs = user_dirs(user)
-        deleted = sum(d.clear() for d in dirs)
-        return Cleared(deleted_files=deleted, places=[place_path(d.place) for d in dirs])
+        deleted = sum(d.clear(purge=purge, origin="person") for d in dirs)
+        return Cleared(deleted_files=deleted, places=[place_path(d.place) for d in dirs], in_trash=not purge,
+                       keep_days=None if purge else ctx.config.limits.trash_days)

@@ -59,7 +59,7 @@ export function when(seconds) {
 
 // Who made a change, in words (the `origin` the server records on trash items and versions).
 const ORIGIN = { assistant: 'the assistant, in a conversation', person: 'you, on this page', api: 'the HTTP API', cli: 'the command line', restore: 'a restore',
-  import: 'an import', snapshot: 'a snapshot update' };
+  import: 'an import', snapshot: 'a snapshot update', auto: 'auto memory, after a conversation' };
 export function originWords(origin) { return ORIGIN[origin] || origin || 'unknown'; }
 
 export function bytes(n) {

@@ -1,5 +1,5 @@
-// Export (JSON bundle or zip), import (merge or replace), and "forget everything" behind a
-// typed confirmation. Downloads go through fetch (the credentials are headers, not cookies).
+// Export (JSON bundle or zip), import (merge or replace), and "forget everything" (into the trash,
+// or for good) behind a typed confirmation. Downloads go through fetch (the credentials are headers, not cookies).
 import { api } from './api.js';
 import { confirmBox, h, toast } from './dom.js';
 
@@ -47,15 +47,20 @@ export function transferView(view, userBase, user) {
         { yes: 'Replace', hint: counts(preview) });
     } catch (e) { err.textContent = e.message; }
   };
-  const forget = () => confirmBox(
-    'Forget everything: every memory, fact and the profile of this user is deleted. This cannot be undone.',
-    'forget', async () => {
-      try {
-        const done = await api('DELETE', `${userBase}/memory`);
-        result.textContent = `Forgot ${done.deleted_files} files in ${done.places.length} places.`;
-        toast('Everything forgotten');
-      } catch (e) { err.textContent = e.message; }
-    }, { hint: 'The trash goes too: nothing can be restored afterwards.' });
+  // Forget everything: into each place's trash (restorable); "for good" purges the trash and history too.
+  const forget = (purge) => confirmBox(purge
+    ? 'Delete everything for good: every memory, fact and the profile of this user, with the trash and the history. This cannot be undone.'
+    : 'Forget everything: every memory, fact and the profile of this user goes to the trash.',
+  purge ? 'delete for good' : 'forget', async () => {
+    try {
+      const done = await api('DELETE', `${userBase}/memory${purge ? '?purge=true' : ''}`);
+      result.textContent = done.in_trash
+        ? `Forgot ${done.deleted_files} files in ${done.places.length} places. They are in the trash for ${done.keep_days} days: restore them from Trash.`
+        : `Deleted ${done.deleted_files} files in ${done.places.length} places for good.`;
+      toast(done.in_trash ? 'Everything forgotten (restorable from Trash)' : 'Everything deleted for good');
+    } catch (e) { err.textContent = e.message; }
+  }, { yes: purge ? 'Delete for good' : 'Forget everything',
+    hint: purge ? 'Nothing can be restored afterwards.' : 'You can restore it from Trash until the trash drops it.' });
   view.append(h('section', { class: 'card' }, h('h2', {}, 'Export'),
     h('p', { class: 'hint' }, 'Everything the assistant remembers about you, as one file you can keep or import later.'),
     h('div', { class: 'row' },
@@ -65,7 +70,11 @@ export function transferView(view, userBase, user) {
     h('form', { class: 'row', id: 'import-form', on: { submit: doImport } }, fileIn, mode,
       h('button', { type: 'submit', id: 'import-go' }, 'Import'))),
   h('section', { class: 'card danger-zone' }, h('h2', {}, 'Forget everything'),
-    h('p', { class: 'hint' }, 'Deletes all of your memory: agent memories, facts and profile.'),
-    h('button', { type: 'button', class: 'danger', id: 'forget', on: { click: forget } }, 'Forget everything…')),
+    h('p', { class: 'hint' }, 'Forgets all of your memory (agent memories, facts and profile) into the trash, '
+      + 'where it can be restored for a while; "Delete for good" also empties the trash and the history.'),
+    h('div', { class: 'row' },
+      h('button', { type: 'button', class: 'danger', id: 'forget', on: { click: () => forget(false) } }, 'Forget everything…'),
+      h('button', { type: 'button', class: 'danger', id: 'forget-purge', on: { click: () => forget(true) } },
+        'Delete for good…'))),
   err, result);
 }
