@@ -328,6 +328,7 @@ class MemoryServices:
         uses; tests make more). ``options``: ``clock``, ``start_worker``, ``today``."""
         from .auto.service import AutoMemory
 
+        options.setdefault("warm", self.warm if self.versions is not None else None)  # without Redis: as before
         return AutoMemory(self.config.auto, places=self, model=self.extraction_model, telemetry=self.telemetry,
                           executor=self.work, carries=self.riding.carries, **options)
 

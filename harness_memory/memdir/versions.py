@@ -30,8 +30,17 @@ is on every turn's path already and answers in well under a millisecond. So:
   never older than the manifest it is served with. A body is cached only when its byte size equals
   the entry's (a read racing the file's own PUT is served once and not kept).
 
-Both caches are bounded in bytes (one LRU budget) and count hits and misses
-(``observe`` metric ``warm_cache{cache,outcome}``).
+  **Write-through:** the pod that commits a file keeps the text it wrote (the commit's redo
+  record holds it) under the new entry, so it never reads its own write back.
+- **State files** (``.auto-state.json``: auto memory's watermarks) are cached by (place, name, the
+  head etag of the commit that wrote them), filled when this pod's commit wrote them or when a
+  transaction read them under the place lock. Every write of a state file is part of a commit
+  (``PlaceTxn.put_state``), so while the place's head is still that etag nobody wrote the file
+  since; a reader asks with the head it is serving (a transaction: the head it read under the
+  lock; a background reader: a warm view Redis confirms), never with an older one.
+
+The caches are bounded in bytes (one LRU budget) and count hits and misses
+(``observe`` metric ``warm_cache{cache="manifest"|"body"|"state",outcome}``).
 """
 
 from __future__ import annotations
@@ -45,6 +54,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .directory import ReadResult
 from .heads import private_copy
 from .index import Manifest
 from .model import MemoryFile
@@ -166,7 +176,8 @@ class WarmViews:
         self._clock = clock
         self._lock = threading.Lock()
         self._views: OrderedDict[str, _View] = OrderedDict()
-        self._bodies: OrderedDict[tuple[str, str, float, int], str] = OrderedDict()
+        self._bodies: OrderedDict[tuple[str, str, float, int], Any] = OrderedDict()
+        self._states: OrderedDict[tuple[str, str], tuple[str, bytes]] = OrderedDict()
         self._bytes = 0
 
     @property
@@ -219,16 +230,64 @@ class WarmViews:
             self._keep_body(key, result)
         return result
 
+    def read_manifest(self, memdir: PlaceDir) -> tuple[Manifest, str | None]:
+        """``load_manifest`` of one place with its own version round trip (background readers:
+        an auto-memory extraction reading the place to build its prompt)."""
+        return self.load_manifest(memdir, self.versions([memdir]))
+
+    # -- state files (``.auto-state.json``), by the head that wrote them ---------------------------
+    def state(self, place_prefix: str, name: str, head_etag: str | None) -> bytes | None:
+        """The state file ``name`` as written or read at head ``head_etag``; None when not held."""
+        if not head_etag or self.board is None:
+            return None
+        key = (place_prefix, name)
+        with self._lock:
+            held = self._states.get(key)
+            hit = held is not None and held[0] == head_etag
+            if hit:
+                self._states.move_to_end(key)
+        self._count("state", "hit" if hit else "miss")
+        return held[1] if hit and held is not None else None
+
+    def keep_state(self, place_prefix: str, name: str, head_etag: str | None, data: bytes) -> None:
+        """Remember ``data`` as the state file at head ``head_etag`` (written by this pod's commit
+        of that head, or read under the place lock while that head was current)."""
+        if not head_etag or self.board is None:
+            return
+        with self._lock:
+            old = self._states.pop((place_prefix, name), None)
+            if old is not None:
+                self._bytes -= _state_bytes(name, old[1])
+            self._states[(place_prefix, name)] = (head_etag, data)
+            self._bytes += _state_bytes(name, data)
+            self._evict()
+
     # -- CommitListener: this pod's own commits ---------------------------------------------------
     def committed(self, memdir: PlaceDir, manifest: Manifest, written: Mapping[str, MemoryFile],
                   removed: Sequence[str], cleared: bool, since: float | None) -> None:
         """Announce the commit (``VersionBoard``) and keep its manifest as this pod's view: the
-        pod that saved needs no read to build next (its head is the one it just wrote)."""
+        pod that saved needs no read to build next (its head is the one it just wrote). The texts
+        it wrote are kept as bodies under their new entries (write-through)."""
         if self.board is None or not manifest.head_etag:
             return
         self.board.committed(memdir, manifest, written, removed, cleared, since)
-        self._keep_view(memdir.place.prefix, _View(manifest.head_etag, private_copy(manifest), self._clock(),
-                                                   _manifest_bytes(manifest)))
+        prefix = memdir.place.prefix
+        self._keep_view(prefix, _View(manifest.head_etag, private_copy(manifest), self._clock(),
+                                      _manifest_bytes(manifest)))
+        redo = manifest.redo
+        if redo is None or redo.txid != manifest.txn or not written:
+            return  # read back after an unclear answer: the texts are not at hand
+        for file in written:
+            entry, text = manifest.entries.get(file), redo.texts.get(file)
+            if entry is None or text is None or len(text.encode("utf-8")) != entry.size:
+                continue
+            # ``last_modified``: the entry's time (the object's own is set by the store as the PUT lands)
+            self._keep_body((prefix, file, entry.updated_at, entry.size),
+                            ReadResult(file, text, "", entry.updated_at))
+
+    def state_written(self, memdir: PlaceDir, head_etag: str, name: str, data: bytes) -> None:
+        """This pod's commit of ``head_etag`` wrote state file ``name`` (``port.announce_state``)."""
+        self.keep_state(memdir.place.prefix, name, head_etag, data)
 
     def rebuilt(self, memdir: PlaceDir, manifest: Manifest, memories: Mapping[str, MemoryFile]) -> None:
         if self.board is not None:
@@ -245,6 +304,7 @@ class WarmViews:
         with self._lock:
             self._views.clear()
             self._bodies.clear()
+            self._states.clear()
             self._bytes = 0
 
     # -- bounded in bytes -------------------------------------------------------------------------
@@ -270,6 +330,9 @@ class WarmViews:
         while self._bytes > self.max_bytes and self._bodies:
             key, result = self._bodies.popitem(last=False)
             self._bytes -= _body_bytes(key, result)
+        while self._bytes > self.max_bytes and self._states:
+            (_, name), (_, data) = self._states.popitem(last=False)
+            self._bytes -= _state_bytes(name, data)
         while self._bytes > self.max_bytes and len(self._views) > 1:
             _, view = self._views.popitem(last=False)
             self._bytes -= view.size
@@ -282,6 +345,10 @@ def _manifest_bytes(manifest: Manifest) -> int:
 
 def _body_bytes(key: tuple[str, str, float, int], result: Any) -> int:
     return 200 + key[3] + sys.getsizeof(key[1]) + len(getattr(result, "etag", ""))
+
+
+def _state_bytes(name: str, data: bytes) -> int:
+    return 200 + len(name) + len(data)
 
 
 __all__ = ["ABSENT", "ANNOUNCE_TTL", "MAX_BYTES", "NO_VERSIONS", "TRUST_SECONDS", "VersionBoard", "Versions",
