@@ -85,16 +85,17 @@ def announce(memdir: PlaceDir, manifest: Manifest, written: Mapping[str, MemoryF
                   type(exc).__name__, exc)
 
 
-def announce_state(memdir: PlaceDir, head_etag: str, name: str, data: bytes) -> None:
-    """Tell the listeners that have a ``state_written(memdir, head_etag, name, data)`` method that
-    the commit of head ``head_etag`` wrote state file ``name`` (the warm views keep it:
+def announce_state(memdir: PlaceDir, manifest: Manifest, name: str, data: bytes) -> None:
+    """Tell the listeners that have a ``state_written(memdir, manifest, name, data)`` method that
+    the commit of ``manifest`` (its ``head_etag``) wrote state file ``name`` (the warm views keep
+    it and announce that head, which a commit of state files alone announces nowhere else:
     ``versions.py``). Never raises."""
     for listener in memdir.listeners:
         hear = getattr(listener, "state_written", None)
         if hear is None:
             continue
         try:
-            hear(memdir, head_etag, name, data)
+            hear(memdir, manifest, name, data)
         except Exception as exc:
             log.warning("commit listener %s failed for %s (%s: %s)", type(listener).__name__,
                         memdir.place.label, type(exc).__name__, exc)

@@ -553,7 +553,7 @@ class PlaceTxn:
     def _write_state(self, out: TxnResult) -> None:
         """The state files, after the commit (best effort: failures are listed in ``out``)."""
         store, place = self.dir.store, self.dir.place
-        ours = out.manifest.head_etag if out.manifest.txn == self.txid else None
+        ours = out.manifest.head_etag is not None and out.manifest.txn == self.txid
         for name, data in self._state.items():
             try:
                 store.put(place.prefix + name, data, content_type="application/json")
@@ -562,7 +562,7 @@ class PlaceTxn:
                 out.state_failures.append(name)
                 continue
             if ours:  # the state at our head, for this pod's next reader (``versions.py``)
-                announce_state(self.dir, ours, name, data)
+                announce_state(self.dir, out.manifest, name, data)
         for name in sorted(self._state_deletes):
             try:
                 store.delete(place.prefix + name)

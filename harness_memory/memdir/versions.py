@@ -402,9 +402,20 @@ class WarmViews:
         if self.shared is not None and share and memdir.place.kind in _RECALLED:
             self.shared.put(prefix, share)
 
-    def state_written(self, memdir: PlaceDir, head_etag: str, name: str, data: bytes) -> None:
-        """This pod's commit of ``head_etag`` wrote state file ``name`` (``port.announce_state``)."""
-        self.keep_state(memdir.place.prefix, name, head_etag, data)
+    def state_written(self, memdir: PlaceDir, manifest: Manifest, name: str, data: bytes) -> None:
+        """This pod's commit of ``manifest`` wrote state file ``name`` (``port.announce_state``).
+        A commit of state files alone (an extraction that learnt nothing but its watermarks) told
+        no commit listener: its head is announced and kept here."""
+        etag = manifest.head_etag
+        if self.board is None or not etag:
+            return
+        prefix = memdir.place.prefix
+        with self._lock:
+            held = self._views.get(prefix)
+        if held is None or held.etag != etag:
+            self.board.publish(prefix, etag)
+            self._keep_view(prefix, _View(etag, private_copy(manifest), self._clock(), _manifest_bytes(manifest)))
+        self.keep_state(prefix, name, etag, data)
 
     def rebuilt(self, memdir: PlaceDir, manifest: Manifest, memories: Mapping[str, MemoryFile]) -> None:
         if self.board is not None:
