@@ -27,11 +27,19 @@ is on every turn's path already and answers in well under a millisecond. So:
   build next).
 - **Bodies.** Recalled file bodies are cached by (place, file, the entry's ``updated_at`` and
   ``size`` in the manifest being served): a new version of a file has a new entry, so a body is
-  never older than the manifest it is served with. A body is cached only when its byte size equals
-  the entry's (a read racing the file's own PUT is served once and not kept).
+  never older than the manifest it is served with. A body read from the store is cached only when
+  it is that entry's text: its byte size is the entry's and the head this pod holds does not name
+  the file in its redo record (its commit is finished) or names exactly these bytes (``_settled``).
+  A read racing the file's own PUT (head first, file after: the old bytes, maybe of the same size)
+  is served once and kept nowhere.
 
   **Write-through:** the pod that commits a file keeps the text it wrote (the commit's redo
   record holds it) under the new entry, so it never reads its own write back.
+
+  **Shared through Redis** (``SharedBodies``, ``redis.body_cache_seconds``): the same key in Redis,
+  written by the committing pod and by a pod whose store read passed the check above, read by a
+  pod that does not hold the body. A key names an immutable version: never stale; a lost key
+  costs one store read.
 - **State files** (``.auto-state.json``: auto memory's watermarks) are cached by (place, name, the
   head etag of the commit that wrote them), filled when this pod's commit wrote them or when a
   transaction read them under the place lock. Every write of a state file is part of a commit
@@ -40,7 +48,7 @@ is on every turn's path already and answers in well under a millisecond. So:
   lock; a background reader: a warm view Redis confirms), never with an older one.
 
 The caches are bounded in bytes (one LRU budget) and count hits and misses
-(``observe`` metric ``warm_cache{cache="manifest"|"body"|"state",outcome}``).
+(``observe`` metric ``warm_cache{cache="manifest"|"body"|"shared_body"|"state",outcome}``).
 """
 
 from __future__ import annotations
