@@ -12,6 +12,10 @@ captures it, recall picks files); every ``SAVE_EVERY``-th turn also saves a memo
 user's ``MemoryTools`` (what the agent's tool call runs). Session summaries and auto-memory
 extractions run in the background when due, as in production.
 
+``HM_LOAD_COLD=1``: the pod forgets what it held of the seeding (its warm views) before the run,
+as if another pod had written the seeds (bodies then come from Redis's shared bodies, or with
+``redis.body_cache_seconds: 0`` from the store).
+
 Measured per operation (ms): build, run, save, session collect (the buffer write), session
 summary, auto-memory extraction — the last three by timing those methods of this pod's objects.
 The store is wrapped (``bench.metered.MeteredStore``) to count requests and bytes by kind.
@@ -20,6 +24,7 @@ The store is wrapped (``bench.metered.MeteredStore``) to count requests and byte
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -59,6 +64,8 @@ def main() -> int:
     for u in range(users):  # each user arrives with memories (a steady state, not a first day)
         services.user_agent_dir(user_id(pod, u)).save_many(
             [(f"seed_{i:02d}.md", memory_text(i)) for i in range(SEEDED)])
+    if os.environ.get("HM_LOAD_COLD"):  # as if another pod had written the seeds: nothing of them held here
+        services.warm.clear()
     build_agent(user_id(pod, 0), session_id="warmup", services=services)  # imports, schemas
     store.reset()
     print("READY", flush=True)

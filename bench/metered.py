@@ -8,6 +8,8 @@ per object). ``ObjectStore.request_count`` gives only the total.
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -40,6 +42,25 @@ def kind_of(key: str) -> str:
     return f"{place} file"
 
 
+#: ``HM_METER_TRACE=1``: each kind also names the code that sent the request (the innermost
+#: harness_memory frames outside the storage layer), for a per-purpose breakdown.
+TRACE = bool(os.environ.get("HM_METER_TRACE"))
+
+
+_PLUMBING = ("harness_memory.storage", "harness_memory.observe")
+
+
+def _caller(depth: int = 6) -> str:
+    names: list[str] = []
+    frame = sys._getframe(2)
+    while frame is not None and len(names) < depth:
+        module = frame.f_globals.get("__name__", "")
+        if module.startswith("harness_memory") and not module.startswith(_PLUMBING):
+            names.append(f"{module.rsplit('.', 1)[-1]}.{frame.f_code.co_name}")
+        frame = frame.f_back
+    return " < ".join(names)
+
+
 class MeteredStore(ObjectStore):
     """``inner`` with every request counted: ``requests[(op, kind)]``, ``bytes_up`` / ``bytes_down``."""
 
@@ -56,6 +77,8 @@ class MeteredStore(ObjectStore):
 
     def _count(self, op: str, key: str, up: int = 0) -> None:
         kind = kind_of(key) if op != "list" else "listing"
+        if TRACE:
+            kind = f"{kind} {key.rsplit('/', 1)[-1][:40]} [{_caller()}]"
         with self._lock:
             self.requests[(op, kind)] += 1
             self.request_count += 1

@@ -122,6 +122,12 @@ class RedisConfig(_Section):
     retry_after_seconds: float = Field(
         5.0, ge=0, description="After Redis fails, seconds before it is probed again."
     )
+    body_cache_seconds: float = Field(3600.0, ge=0, description=(
+        "Recalled memory bodies are shared between pods in Redis for this long, keyed by the file's version "
+        "(never stale), so a body is read from the store about once across pods (`docs/consistency.md`). "
+        "0 = off (each pod reads a body once)."))
+    body_cache_max_bytes: int = Field(16384, ge=0, description=(
+        "Bodies larger than this (bytes) are not shared through Redis (each pod reads them once)."))
 
     @field_validator("key_prefix")
     @classmethod

@@ -43,7 +43,7 @@ from .llm import LightModel
 from .locks import LeaseKeeper, LocalLocker, Locker, RedisLocker
 from .memdir import CappedText, Manifest, MemoryDir
 from .memdir.port import CommitListener
-from .memdir.versions import VersionBoard, WarmViews
+from .memdir.versions import SharedBodies, VersionBoard, WarmViews
 from .memdir.views import SHARED_VIEW_TTL, SharedViews
 from .observe import Telemetry, wrap_context
 from .redis_client import RedisClient, make_redis
@@ -145,7 +145,11 @@ class MemoryServices:
         work = ThreadPoolExecutor(max_workers=WORK_THREADS, thread_name_prefix="hm-work")
         board = (VersionBoard(client, config.redis.key_prefix, retry_after=config.redis.retry_after_seconds,
                               on_round_trip=telemetry.version_round_trip) if client is not None else None)
-        warm = WarmViews(board, count=telemetry.warm_cache)
+        rc = config.redis
+        shared = (SharedBodies(client, rc.key_prefix, ttl=rc.body_cache_seconds, max_bytes=rc.body_cache_max_bytes,
+                               retry_after=rc.retry_after_seconds, on_round_trip=telemetry.version_round_trip)
+                  if client is not None and rc.body_cache_seconds > 0 and rc.body_cache_max_bytes > 0 else None)
+        warm = WarmViews(board, count=telemetry.warm_cache, shared=shared)
         services = cls(config=config, store=store, redis=client, locker=locker, io=io, work=work,
                        telemetry=telemetry, leases=leases, versions=board, warm=warm)
         if config.embed.model:
@@ -328,6 +332,7 @@ class MemoryServices:
         uses; tests make more). ``options``: ``clock``, ``start_worker``, ``today``."""
         from .auto.service import AutoMemory
 
+        options.setdefault("warm", self.warm if self.versions is not None else None)  # without Redis: as before
         return AutoMemory(self.config.auto, places=self, model=self.extraction_model, telemetry=self.telemetry,
                           executor=self.work, carries=self.riding.carries, **options)
 

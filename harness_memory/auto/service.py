@@ -43,7 +43,7 @@ from .plan import ApplyReport
 from .queue import QueuePolicy, QueueStats, QueueWorker
 from .rider import SummaryRider
 from .signals import SignalPatterns
-from .store import AutoPlace, AutoView
+from .store import AutoPlace, AutoView, WarmPlaces
 from .updater import Updater, UpdateResult, UpdateStatus
 
 if TYPE_CHECKING:
@@ -85,9 +85,11 @@ class AutoMemory(FactAPI):
     def __init__(self, config: AutoConfig, *, places: AutoPlaces, model: Callable[[], LightModel | None],
                  telemetry: Telemetry, executor: Executor, carries: Callable[[str], bool] = lambda _: False,
                  clock: Callable[[], float] = time.monotonic, start_worker: bool = True,
-                 today: Callable[[], dt.date] = dt.date.today) -> None:
+                 today: Callable[[], dt.date] = dt.date.today, warm: WarmPlaces | None = None) -> None:
         self.config = config
         self.places = places
+        #: The pod's warm views: an extraction reads the place through them (``memdir/versions.py``).
+        self.warm = warm
         self.telemetry = telemetry
         #: Runs the hook's work off an event loop (the root's ``work`` pool).
         self.executor = executor
@@ -291,7 +293,7 @@ class AutoMemory(FactAPI):
         self.worker.submit(key, messages, self.patterns.detect(messages), carried=carried)
 
     def _process(self, batch: Batch) -> bool:
-        place = AutoPlace(self.places.user_auto_dir(batch.key.user_id))
+        place = AutoPlace(self.places.user_auto_dir(batch.key.user_id), self.warm)
         telemetry = self.telemetry
         with telemetry.extraction(batch.key.user_id, batch.key.session_id) as op:
             result = self.updater.run(place, batch)
@@ -311,7 +313,7 @@ class AutoMemory(FactAPI):
         if batch is None:
             return None
         try:
-            prepared = self.updater.prepare(AutoPlace(self.places.user_auto_dir(batch.key.user_id)), batch)
+            prepared = self.updater.prepare(AutoPlace(self.places.user_auto_dir(batch.key.user_id), self.warm), batch)
         except Exception as exc:  # the store failed: the batch goes back to the queue
             log.warning("auto memory: could not prepare %s for the session summary call (%s)", batch.key, exc)
             self.worker.finish(batch, False)

@@ -35,7 +35,7 @@ import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import MemoryFormatError, StorageError
 from ..memdir import Manifest, ManifestEntry, MemoryDir, MemoryFile, MemoryType, PlaceTxn, TxnResult, parse_memory
@@ -217,19 +217,37 @@ class AutoView:
     profile_stamp: float = 0.0
 
 
-class AutoPlace:
-    """Auto memory of one place, on top of a ``MemoryDir`` (its store, place, locker, limits)."""
+class WarmPlaces(Protocol):
+    """The pod's warm views (``memdir.versions.WarmViews``): manifests served while Redis confirms
+    their version, and state files by the head that wrote them."""
 
-    def __init__(self, memdir: MemoryDir) -> None:
+    def read_manifest(self, memdir: MemoryDir) -> tuple[Manifest, str | None]: ...
+
+    def state(self, place_prefix: str, name: str, head_etag: str | None) -> bytes | None: ...
+
+    def keep_state(self, place_prefix: str, name: str, head_etag: str | None, data: bytes) -> None: ...
+
+
+class AutoPlace:
+    """Auto memory of one place, on top of a ``MemoryDir`` (its store, place, locker, limits).
+    ``warm``: the pod's warm views; the extraction's reads go through them (no store read while
+    the place's announced version is the one this pod holds)."""
+
+    def __init__(self, memdir: MemoryDir, warm: WarmPlaces | None = None) -> None:
         self.dir = memdir
+        self.warm = warm
+        #: The head etag of the last ``read`` (its state file is looked up under it).
+        self.read_etag: str | None = None
 
     @property
     def state_key(self) -> str:
         return self.dir.place.prefix + STATE_FILE
 
     def read(self) -> AutoView:
-        """Facts and profile: one GET (the manifest), two when the profile was edited by hand."""
-        manifest, _ = self.dir.load_manifest()
+        """Facts and profile: one GET (the manifest), two when the profile was edited by hand;
+        none when a warm view serves it."""
+        manifest, self.read_etag = (self.dir.load_manifest() if self.warm is None
+                                    else self.warm.read_manifest(self.dir))
         return self.view_of(manifest)
 
     def view_of(self, manifest: Manifest) -> AutoView:
@@ -248,9 +266,20 @@ class AutoPlace:
                 view.profile = self._read_profile_file()
         return view
 
-    def read_watermarks(self) -> Watermarks:
+    def read_watermarks(self, head: str | None = None, *, locked: bool = False) -> Watermarks:
+        """The state file. ``head``: the head etag being served (the last ``read``'s, or the one a
+        transaction read under the lock: ``locked``); the warm views then answer when they hold
+        the file as written at that head, and a read under the lock is kept for the next reader."""
+        prefix = self.dir.place.prefix
+        if self.warm is not None and head:
+            held = self.warm.state(prefix, STATE_FILE, head)
+            if held is not None:
+                return Watermarks.from_bytes(held)
         obj = self.dir.store.get_or_none(self.state_key)
-        return Watermarks.from_bytes(obj.data if obj else None)
+        data = obj.data if obj else b""
+        if self.warm is not None and head and locked:  # under the lock: exactly the state at ``head``
+            self.warm.keep_state(prefix, STATE_FILE, head, data)
+        return Watermarks.from_bytes(data)
 
     @contextlib.contextmanager
     def transaction(self, trash: str | None = None) -> Iterator[AutoTxn]:
@@ -318,7 +347,7 @@ class AutoTxn:
     @property
     def watermarks(self) -> Watermarks:
         if self._marks is None:
-            self._marks = self.place.read_watermarks()
+            self._marks = self.place.read_watermarks(self.place_txn.etag, locked=True)
         return self._marks
 
     # -- staging --------------------------------------------------------------------------------
@@ -328,10 +357,14 @@ class AutoTxn:
         manifest's meta, and the watermarks."""
         txn, d = self.place_txn, self.place.dir
         files = {fid: self.view.facts[fid] for fid in self._changed if fid in self.view.facts}
-        txn.prefetch([f.file for f in files.values()] + ([PROFILE_FILE] if self._profile_changed else []))
+        # Only files the manifest lists are read (to keep a person's notes): a new fact's file is
+        # created write-if-absent without a GET (``PlaceTxn._read_priors``), and the profile is
+        # written whole (its version is read at commit unless this pod knows it).
+        listed = [f.file for f in files.values() if f.file in self.manifest.entries]
+        txn.prefetch(listed)
         limit_left = d.limits.max_files_per_place - len(self.manifest.entries)
         for fid, fact in files.items():
-            old = txn.read(fact.file)
+            old = txn.read(fact.file) if fact.file in self.manifest.entries else None
             if old is None and fact.file not in self.manifest.entries:
                 if limit_left <= 0:
                     log.warning("%s is full; fact %r not stored", d.place.label, fact.content[:60])

@@ -105,7 +105,7 @@ class Updater:
         """Read the place and build the prompt; an ``UpdateResult`` (SKIPPED) when there is
         nothing unseen to send."""
         snapshot = place.read()
-        seen = place.read_watermarks().seen(batch.key.watermark_id)
+        seen = place.read_watermarks(place.read_etag).seen(batch.key.watermark_id)
         unseen = [m for m in batch.messages if m.key not in seen]
         if not any(m.role == "user" for m in unseen):
             return UpdateResult(UpdateStatus.SKIPPED, batch.key, reason="no new user messages")

@@ -208,6 +208,7 @@ class MemoryDir:
                 etag = manifest.head_etag
             else:
                 manifest, etag, files, done = self._load(prefetch, lease, marker=marker)
+                known = self._known_files(manifest, etag)
         except MemoryFormatError as exc:
             if not repair:
                 raise
@@ -225,6 +226,17 @@ class MemoryDir:
         yield txn
         if txn.staged and not txn.aborted:
             txn.commit()
+
+    def _known_files(self, manifest: Manifest, etag: str | None) -> dict[str, str]:
+        """The file etags this pod knows under the head just read (``heads.py``): when that head
+        is the very one this pod committed (same etag, same commit id), nobody committed since, so
+        the files it wrote or read under it are still at those versions — an overwrite needs no
+        GET for its condition. Only where the store enforces conditional writes (a file written
+        meanwhile without the lock fails its If-Match and is looked at then)."""
+        if not etag or not self.store.supports_conditional_put:
+            return {}
+        got = heads.recall(self.store, self.place.prefix, etag)
+        return got[1] if got is not None and got[0].txn == manifest.txn else {}
 
     def _recall_head(self, lease: Lease
                      ) -> tuple[tuple[str, str] | None, tuple[Manifest, dict[str, str], dict[str, bytes]] | None]:

@@ -85,4 +85,20 @@ def announce(memdir: PlaceDir, manifest: Manifest, written: Mapping[str, MemoryF
                   type(exc).__name__, exc)
 
 
-__all__ = ["CommitListener", "PlaceDir", "announce"]
+def announce_state(memdir: PlaceDir, manifest: Manifest, name: str, data: bytes) -> None:
+    """Tell the listeners that have a ``state_written(memdir, manifest, name, data)`` method that
+    the commit of ``manifest`` (its ``head_etag``) wrote state file ``name`` (the warm views keep
+    it and announce that head, which a commit of state files alone announces nowhere else:
+    ``versions.py``). Never raises."""
+    for listener in memdir.listeners:
+        hear = getattr(listener, "state_written", None)
+        if hear is None:
+            continue
+        try:
+            hear(memdir, manifest, name, data)
+        except Exception as exc:
+            log.warning("commit listener %s failed for %s (%s: %s)", type(listener).__name__,
+                        memdir.place.label, type(exc).__name__, exc)
+
+
+__all__ = ["CommitListener", "PlaceDir", "announce", "announce_state"]

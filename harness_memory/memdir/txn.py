@@ -61,6 +61,7 @@ from . import heads
 from . import redo as redos
 from .index import RECENT_TXIDS, Manifest, ManifestEntry
 from .model import MemoryFile
+from .port import announce_state
 from .redo import Redo, RedoWrite, md5_hex
 
 if TYPE_CHECKING:
@@ -578,12 +579,16 @@ class PlaceTxn:
     def _write_state(self, out: TxnResult) -> None:
         """The state files, after the commit (best effort: failures are listed in ``out``)."""
         store, place = self.dir.store, self.dir.place
+        ours = out.manifest.head_etag is not None and out.manifest.txn == self.txid
         for name, data in self._state.items():
             try:
                 store.put(place.prefix + name, data, content_type="application/json")
             except StorageError as exc:
                 log.warning("%s of %s not written (%s)", name, place.label, exc)
                 out.state_failures.append(name)
+                continue
+            if ours:  # the state at our head, for this pod's next reader (``versions.py``)
+                announce_state(self.dir, out.manifest, name, data)
         for name in sorted(self._state_deletes):
             try:
                 store.delete(place.prefix + name)

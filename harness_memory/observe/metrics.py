@@ -147,10 +147,11 @@ class Metrics:
                                        "quoted, bad_json, not_offered, bad_arguments; repeated = the run already "
                                        "made it twice, not run again) and kind (fenced, bare, "
                                        "tool_call, tools).", ("outcome", "kind"))
-        self.warm_cache = counter("warm_cache", "Warm views a build served (hit) or read from the store (miss), "
-                                  "by cache (manifest, body); memdir/versions.py.", ("cache", "outcome"))
+        self.warm_cache = counter("warm_cache", "Warm views served (hit) or read from the store (miss), by cache "
+                                  "(manifest, body, shared_body: bodies shared through Redis, state: state files "
+                                  "by head); memdir/versions.py.", ("cache", "outcome"))
         self.version_round_trips = counter("version_round_trips", "Redis round trips reading or announcing "
-                                           "place versions (memdir/versions.py).")
+                                           "place versions or sharing bodies (memdir/versions.py).")
         self.builds = counter("agent_builds", "Agents wired with memory (build_agent / inject_memory_tools).",
                               ("outcome",))
         self.build_seconds = histogram("agent_build_seconds", "Time to wire memory into an agent.", (),

@@ -334,6 +334,9 @@ def after_commit(memdir: MemoryDir, manifest: Manifest, written: Mapping[str, Me
         if hit is not None and hit.base is not None and hit.delta is not None \
                 and ((since is not None and hit.checked_version == since) or covers(hit.index, manifest, written)):
             start, base, delta = hit.index, hit.base, hit.delta
+        elif written and all(f in written for f in manifest.entries):
+            # the commit wrote every memory the place has (its first): nothing stored is worth a read
+            start, base, delta = SearchIndex(), SearchIndex(), {}
         else:
             start, base, delta = _read_stored(memdir, hit)
         added = [_memory_doc(f, stamp_of(manifest.entries[f]), m) for f, m in written.items()
