@@ -32,9 +32,6 @@ FRONTMATTER_EXAMPLE = (f"---\nname: {EXAMPLE_NAME}\ndescription: {EXAMPLE_DESCRI
 EXAMPLE_INTRO = ("An EXAMPLE about a made-up user — it shows the format only. Write your own name, "
                  "description and text from what THIS user said; text copied from the example is refused:")
 
-#: The example description the tools' refusal message gives (itself refused when copied).
-DESCRIPTION_HINT = "Backend engineer at a bank; reviews Go code"
-
 #: Examples in the texts of other parts we send a model — the tools' descriptions
 #: (``tools.py``: search_memories' query example) and the session summary template's title line
 #: (``session/summary.py``). Kept here as data, since this module sits below both; a test reads
@@ -129,6 +126,19 @@ class ExampleTexts:
         return hit
 
 
+def said_by_user(hit: str, said: str) -> bool:
+    """Whether the user's words (``said``, normalised) hold ``hit`` (a normalised example text or
+    fragment ``ExampleTexts.example`` returned): exactly, or as a close paraphrase — at least 70 %
+    of its character trigrams ("I'm a backend engineer at a bank and I mostly review Go code" holds
+    "Backend engineer at a bank; reviews Go code"). The user's own words are never a copy."""
+    if not hit or not said:
+        return False
+    if hit in said:
+        return True
+    grams = {hit[i : i + 3] for i in range(len(hit) - 2)}
+    return len(grams) >= 4 and sum(1 for g in grams if g in said) / len(grams) >= 0.7
+
+
 def bare_placeholder(text: str) -> bool:
     """A bare template (``<fact>``, ``{description}``), a generic word ("placeholder", "TODO"), or
     a number: never a memory, whoever said it."""
@@ -140,7 +150,7 @@ def bare_placeholder(text: str) -> bool:
 
 def _memory_file_texts() -> list[str]:
     sentences = [s.strip() for s in EXAMPLE_BODY.split(".") if s.strip()]
-    return [EXAMPLE_DESCRIPTION, EXAMPLE_BODY, DESCRIPTION_HINT, *sentences]
+    return [EXAMPLE_DESCRIPTION, EXAMPLE_BODY, *sentences]
 
 
 @functools.cache
@@ -156,8 +166,8 @@ def copied_example(text: str) -> str | None:
     return registry().match(text)
 
 
-__all__ = ["DESCRIPTION_HINT", "EXAMPLE_BODY", "EXAMPLE_DESCRIPTION", "EXAMPLE_FILE_NAME", "EXAMPLE_INTRO",
+__all__ = ["EXAMPLE_BODY", "EXAMPLE_DESCRIPTION", "EXAMPLE_FILE_NAME", "EXAMPLE_INTRO",
            "EXAMPLE_NAME", "FRONTMATTER_EXAMPLE", "GENERIC", "LEGACY_EXAMPLES", "OWN_MESSAGE", "SENT_EXAMPLES",
            "ExampleTexts", "bare_placeholder",
            "copied_example",
-           "normalize_text", "registry"]
+           "normalize_text", "registry", "said_by_user"]

@@ -93,7 +93,7 @@ def once_per_run(*, write: bool) -> Callable[[Callable[..., str]], Callable[...,
 
         @functools.wraps(fn)
         def inner(*args: Any, **kwargs: Any) -> str:
-            run_id = getattr(kwargs.pop("run_context", None), "run_id", None)
+            run_id = getattr(kwargs.get("run_context"), "run_id", None)  # passed on: tools read the run's words
             if not run_id:
                 return fn(*args, **kwargs)
             owner = args[0]

@@ -34,7 +34,7 @@ from .errors import (
     StorageUnavailable,
 )
 from .escape import inline
-from .examples import FRONTMATTER_EXAMPLE, copied_example
+from .examples import FRONTMATTER_EXAMPLE, OWN_MESSAGE, bare_placeholder, normalize_text, registry, said_by_user
 from .memdir import MemoryDir, MemoryFile, fill_missing_fields, parse_memory, quote_plain_values
 from .observe import DISABLED, Telemetry, wrap_context
 from .tool_guard import RepeatGuard, once_per_run
@@ -106,9 +106,32 @@ def _filled_note(filled: dict[str, Any]) -> str:
             + "; filled in: " + "; ".join(parts) + ".")
 
 
-def refuse_copied_examples(memory: MemoryFile | None) -> None:
+def user_words(run_context: RunContext | None) -> str:
+    """What the user wrote in this run's messages (history included), normalised for comparison."""
+    messages = getattr(run_context, "messages", None) or []
+    said = [m.content for m in messages if getattr(m, "role", None) == "user" and isinstance(m.content, str)]
+    return normalize_text("\n".join(said))
+
+
+def copies_example(text: str, said: str = "") -> bool:
+    """Whether ``text`` is a bare placeholder, one of our tool messages, or copies one of our
+    examples that the user did not say themselves (``said``: ``user_words``).
+
+    Why the user's words count: our examples are realistic on purpose, so a real user can say the
+    same thing — "I'm a backend engineer at a bank" met an old refusal hint "Backend engineer at a
+    bank; reviews Go code" and a 1.5B model's faithful save was refused as a copy (issue 30). Auto
+    memory already exempted what the user said (``auto.doubt.Placeholders``); the tools now do too,
+    paraphrases included (``examples.said_by_user``)."""
+    if bare_placeholder(text) or OWN_MESSAGE.search(text):
+        return True
+    hit = registry().example(text)
+    return hit is not None and not said_by_user(hit, said)
+
+
+def refuse_copied_examples(memory: MemoryFile | None, said: str = "") -> None:
     """Raise ``MemoryFormatError`` (a message the model can act on) when a memory's description or
-    body is copied from our own examples or templates (``harness_memory.examples``).
+    body is copied from our own examples or templates (``harness_memory.examples``) and the user
+    did not say it (``said``: ``user_words`` of the run).
 
     Why in the tool and not in ``MemoryDir.save``: the tool's caller is a model that was shown the
     examples; imports, snapshots and people writing files were not. The name is not checked: it is
@@ -120,7 +143,7 @@ def refuse_copied_examples(memory: MemoryFile | None) -> None:
                                 "lines after the closing '---'. Nothing was saved; call save_file again.")
     problems = [f"the {what} {_short(text)}" for what, text in (("description", memory.description),
                                                               ("body", memory.body))
-                if copied_example(text) is not None]
+                if copies_example(text, said)]
     if problems:
         raise MemoryFormatError(
             f"{' and '.join(problems)} {'is' if len(problems) == 1 else 'are'} copied from the example or "
@@ -200,7 +223,7 @@ class MemoryTools(Toolkit):
         memdir, rel = self._route(file_name, write=True)
         content, quoted = quote_plain_values(content)  # description: Atlas: freeze on … -> quoted
         content, filled = fill_missing_fields(content, rel)  # project_x.md without `type:` -> type: project
-        refuse_copied_examples(parse_memory(content) if isinstance(content, str) else None)
+        refuse_copied_examples(parse_memory(content) if isinstance(content, str) else None, user_words(run_context))
         result = memdir.save(rel, content)
         verb = "Created" if result.created else "Updated"
         note = _filled_note(filled)
@@ -291,7 +314,7 @@ class MemoryTools(Toolkit):
             What changed, or an error message saying what to fix.
         """
         memdir, rel = self._route(file_name, write=True)
-        if isinstance(new_chunk, str) and new_chunk.strip() and copied_example(new_chunk) is not None:
+        if isinstance(new_chunk, str) and new_chunk.strip() and copies_example(new_chunk, user_words(run_context)):
             raise MemoryFormatError(f"new_chunk {_short(new_chunk)} is copied from the example in your "
                                     "instructions, not something this user said. Nothing was changed; write "
                                     "the new text in your own words from the conversation.")
@@ -407,5 +430,15 @@ def search_places(own: MemoryDir, shared: MemoryDir | None, query: str, limit: i
     return out
 
 
-__all__ = ["FRONTMATTER_EXAMPLE", "SEARCH_TOOL_NAME", "SHARED_PREFIX", "TOOL_NAMES", "MemoryTools",
-           "matching_lines", "refuse_copied_examples", "search_places"]
+__all__ = [
+    "FRONTMATTER_EXAMPLE",
+    "SEARCH_TOOL_NAME",
+    "SHARED_PREFIX",
+    "TOOL_NAMES",
+    "MemoryTools",
+    "copies_example",
+    "matching_lines",
+    "refuse_copied_examples",
+    "search_places",
+    "user_words",
+]

@@ -20,7 +20,6 @@ from harness_memory.auto.doubt import Conversation
 from harness_memory.auto.prompt import EXAMPLE_CONVERSATION, PLACEHOLDERS, example_texts
 from harness_memory.config import MemoryConfig
 from harness_memory.examples import (
-    DESCRIPTION_HINT,
     EXAMPLE_BODY,
     EXAMPLE_DESCRIPTION,
     FRONTMATTER_EXAMPLE,
@@ -58,7 +57,6 @@ def tool_results(server: ScriptedLLM) -> list[str]:
      EXAMPLE_DESCRIPTION),  # other case and punctuation: still a copy
     (GOOD.replace("Data engineer at Nordwind Logistics; writes Airflow DAGs in Python.", EXAMPLE_BODY),
      "The body"),  # a real description over the example's body
-    (GOOD.replace("Data engineer at Nordwind; writes Airflow DAGs in Python", DESCRIPTION_HINT), DESCRIPTION_HINT),
     (GOOD.replace("Data engineer at Nordwind; writes Airflow DAGs in Python", "I run a bakery in Lyon"),
      "bakery"),  # the extraction prompt's example is in the same registry
 ])
@@ -109,7 +107,7 @@ def test_the_format_holds_the_extraction_examples_as_data() -> None:
 
 
 def test_one_registry_covers_every_example_and_real_text_passes() -> None:
-    for example in [EXAMPLE_DESCRIPTION, EXAMPLE_BODY, DESCRIPTION_HINT, *example_texts(),
+    for example in [EXAMPLE_DESCRIPTION, EXAMPLE_BODY, *example_texts(),
                     "what the assistant did wrong", "I am a frontend engineer"]:
         assert copied_example(example) is not None, example
         assert copied_example(f"  {example.upper()}!! ") is not None, example

@@ -200,3 +200,27 @@ def test_a_text_save_without_type_is_repaired_and_a_looping_model_stops(make_con
     own = agent.tools[0].own  # type: ignore[index,union-attr]
     assert [e.file for e in own.list_entries()] == ["project_atlas_code_freeze.md"]
     assert parse_memory(own.read("project_atlas_code_freeze.md").text).type is MemoryType.PROJECT
+
+
+# -- what the user said is not a copy ---------------------------------------------------------------
+HINT_SAVE = ("---\nname: role\ndescription: Data analyst on BigQuery; wants BigQuery SQL, never PostgreSQL syntax\n"
+             "type: user\n---\n\nData analyst on BigQuery at a logistics firm.\n")
+
+
+@pytest.mark.parametrize(("said", "saved"), [
+    ("I'm a data analyst and everything is on BigQuery: I want BigQuery SQL, never PostgreSQL syntax. "
+     "Remember that.", True),
+    ("Remember my role, please.", False),  # the user said none of it: the example's words are a copy
+])
+def test_a_fact_the_user_said_is_saved_even_when_an_example_says_it_too(
+        services: MemoryServices, llm_server: ScriptedLLM, said: str, saved: bool) -> None:
+    """Seen with the 1.5B model (role_zh): a faithful save of "我是杭州一家银行的后端工程师…" met a
+    realistic example of ours and was refused as a copy. Words the user wrote in the run are the
+    user's (a close paraphrase too), whatever example holds them; words nobody said are refused."""
+    llm_server.script(tool_calls([("save_file", {"file_name": "user_role.md", "content": HINT_SAVE})]), text("ok"))
+    agent_for(services, llm_server).run(said)
+    answer = tool_answers(llm_server, 1)[-1]
+    assert answer.startswith("Created memory user_role.md") is saved, answer
+    assert ("user_role.md" in services.user_agent_dir("u1").manifest().entries) is saved
+    if not saved:
+        assert "copied from the example" in answer
