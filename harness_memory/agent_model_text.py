@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import uuid
 from collections import Counter
@@ -42,6 +43,9 @@ class TextCallStats:
     def __init__(self, record: Callable[[str, str], None] | None = None) -> None:
         self._lock = threading.Lock()
         self.counts: Counter[tuple[str, str]] = Counter()
+        #: Unbacked save claims: ``nudged``, then ``called`` or ``answered`` (``claim``).
+        self.claims: Counter[str] = Counter()
+        self._nudged: dict[str, None] = {}  # user-message ids already nudged (insertion-ordered)
         self._record = record
 
     def __deepcopy__(self, memo: dict[int, Any]) -> TextCallStats:
@@ -64,6 +68,28 @@ class TextCallStats:
     def rejected(self) -> int:
         return self.total() - self.total("recovered")
 
+    def first_nudge(self, turn: str) -> bool:
+        """True the first time a turn (its user message's id) is nudged, False after: the nudge is
+        not kept in the run's messages, so the turn's later model calls cannot see it was asked."""
+        with self._lock:
+            if turn in self._nudged:
+                return False
+            self._nudged[turn] = None
+            while len(self._nudged) > 4096:  # bounded: the oldest turns are long over
+                self._nudged.pop(next(iter(self._nudged)))
+            return True
+
+    def claim(self, outcome: str) -> None:
+        """An answer that claimed a save no write backed: ``nudged`` (asked again), then ``called``
+        (the model made the call) or ``answered`` (it answered in words)."""
+        with self._lock:
+            self.claims[outcome] += 1
+        if self._record is not None:
+            try:
+                self._record(f"claim_{outcome}", "claim")
+            except Exception:
+                log.debug("text tool-call metric failed", exc_info=True)
+
 
 class TextToolCalls:
     """Mixin for agno's ``OpenAIChat`` / ``OpenAILike``: answers whose text is a tool call become
@@ -73,12 +99,20 @@ class TextToolCalls:
     text_call_stats: TextCallStats | None = None
 
     def invoke(self, *args: Any, **kwargs: Any) -> Any:
-        response = super().invoke(*args, **kwargs)  # type: ignore[misc]
-        return self._recover_whole(response, args, kwargs)
+        response = self._recover_whole(super().invoke(*args, **kwargs), args, kwargs)  # type: ignore[misc]
+        nudged = self._nudge_if_unbacked(response, args, kwargs)
+        if nudged is None:
+            return response
+        again = super().invoke(*nudged[0], **nudged[1])  # type: ignore[misc]
+        return self._after_nudge(self._recover_whole(again, *nudged), response)
 
     async def ainvoke(self, *args: Any, **kwargs: Any) -> Any:
-        response = await super().ainvoke(*args, **kwargs)  # type: ignore[misc]
-        return self._recover_whole(response, args, kwargs)
+        response = self._recover_whole(await super().ainvoke(*args, **kwargs), args, kwargs)  # type: ignore[misc]
+        nudged = self._nudge_if_unbacked(response, args, kwargs)
+        if nudged is None:
+            return response
+        again = await super().ainvoke(*nudged[0], **nudged[1])  # type: ignore[misc]
+        return self._after_nudge(self._recover_whole(again, *nudged), response)
 
     def invoke_stream(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
         stream = super().invoke_stream(*args, **kwargs)  # type: ignore[misc]
@@ -125,6 +159,46 @@ class TextToolCalls:
             response.tool_calls = [_call_dict(c.name, c.arguments) for c in found.calls]
             response.content = found.lead or None
         return response
+
+    def _nudge_if_unbacked(self, response: Any, args: tuple[Any, ...],
+                           kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        """The request to make again when ``response`` tells the user something was saved or
+        remembered while no memory write of this turn succeeded (``unbacked_claim``); else None.
+
+        Why: a 1.5B model answered "好的，我已经记住了。" / "Done." / "I've saved your information in
+        `user_role.md`." with no call at all — a false statement to the user, and the memory lost
+        (issue 30). Asked once more, with the fact that nothing was saved, it usually makes the
+        call. Once per turn; only with ``text_tool_calls`` on (the small-model mode) and when the
+        request offers ``save_file``; never while streaming (the claim is already on screen)."""
+        tools = self._tools_if_on(args, kwargs)
+        if tools is None or getattr(response, "tool_calls", None) or not isinstance(response.content, str):
+            return None
+        if SAVE_TOOL not in {_tool_name(t) for t in tools}:
+            return None
+        messages = _messages(args, kwargs)
+        if not unbacked_claim(response.content, messages):
+            return None
+        stats = self.text_call_stats
+        turn = _last_user_id(messages)
+        if stats is None or turn is None or not stats.first_nudge(turn):  # once per user message
+            return None
+        stats.claim("nudged")
+        log.info("the model said it saved something, but no memory write of this turn succeeded: asking again")
+        from agno.models.message import Message  # agno's own message type (the request is built from it)
+
+        extra = [Message(role="assistant", content=response.content), Message(role="user", content=NUDGE)]
+        if "messages" in kwargs:
+            return args, {**kwargs, "messages": [*messages, *extra]}
+        return ([*messages, *extra], *args[1:]), kwargs
+
+    def _after_nudge(self, again: Any, first: Any) -> Any:
+        """The answer to the nudge: a call (run as any other), or a plain answer shown instead of
+        the unbacked claim; counted either way."""
+        if self.text_call_stats is not None:
+            self.text_call_stats.claim("called" if getattr(again, "tool_calls", None) else "answered")
+        if not getattr(again, "tool_calls", None) and not (isinstance(again.content, str) and again.content.strip()):
+            return first
+        return again
 
     def _finish(self, held: _HeldStream) -> Iterator[ModelResponse]:
         """The end of a stream: a recovered call as a tool-call delta, or the held text."""
@@ -193,6 +267,49 @@ class _HeldStream:
         return rest
 
 
+SAVE_TOOL = "save_file"
+#: The memory tools whose success backs a claim that something was saved, changed or forgotten.
+WRITE_TOOLS = frozenset({"save_file", "replace_file_chunk", "delete_file"})
+#: What the model is told when its answer claims a save no write backed (a user turn: small models
+#: follow those; it is sent once and never stored in the session).
+NUDGE = ("Memory check: no memory tool succeeded after my last message, so nothing was saved. If my "
+         "message holds something worth keeping, call save_file now. Otherwise answer me again, without "
+         "saying that anything was saved or remembered.")
+#: An answer saying something was saved or will be remembered (English and Chinese).
+_CLAIM = re.compile(
+    r"\bI(?:'ve| have)?\s+(?:just\s+|now\s+|also\s+)?(?:saved|stored|noted|recorded|remembered|memori[sz]ed)\b"
+    r"|\bI(?:'ll| will)\s+(?:remember|note|save|store|record|keep (?:that|this|it) in mind)\b"
+    r"|\b(?:has|have|is|was)\s+been\s+(?:saved|stored|noted|recorded|remembered|memori[sz]ed)\b"
+    r"|\bsaved\s+(?:it|this|that|your)\b|^\W*(?:done|noted|saved|got it)\W*$"
+    r"|(?:已经?|我会|会)(?:帮你|为你|给你)?(?:保存|记住|记下|记录|存储|储存|存好)|(?:记住|记下|保存|存好|记录)(?:了|啦)",
+    re.IGNORECASE | re.MULTILINE)
+
+
+def unbacked_claim(text: str, messages: list[Any]) -> bool:
+    """Whether ``text`` claims a save and no memory write succeeded since the user's last message
+    (and the model was not already asked about it this turn)."""
+    if not _CLAIM.search(text):
+        return False
+    last_user = max((i for i, m in enumerate(messages) if getattr(m, "role", None) == "user"), default=-1)
+    if last_user < 0 or getattr(messages[last_user], "content", None) == NUDGE:
+        return False
+    for message in messages[last_user + 1:]:
+        if getattr(message, "role", None) == "tool" and getattr(message, "tool_name", None) in WRITE_TOOLS \
+                and not str(getattr(message, "content", "")).startswith(("Error", "Already tried")):
+            return False
+    return True
+
+
+def _last_user_id(messages: list[Any]) -> str | None:
+    ids = [getattr(m, "id", None) for m in messages if getattr(m, "role", None) == "user"]
+    return str(ids[-1]) if ids and ids[-1] else None
+
+
+def _tool_name(tool: Any) -> str | None:
+    fn = tool.get("function") if isinstance(tool, dict) else None
+    return fn.get("name") if isinstance(fn, dict) else None
+
+
 def _messages(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
     messages = kwargs.get("messages", args[0] if args else None)
     return list(messages) if isinstance(messages, list) else []
@@ -248,4 +365,4 @@ def _call_dict(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
     return {"id": _call_id(), "type": "function", "function": {"name": name, "arguments": _dump(arguments)}}
 
 
-__all__ = ["TextCallStats", "TextToolCalls"]
+__all__ = ["NUDGE", "TextCallStats", "TextToolCalls", "unbacked_claim"]

@@ -63,10 +63,12 @@ def _friendly(action: str) -> Callable[[Callable[..., str]], Callable[..., str]]
             except InvalidName as exc:
                 return f"Error: {exc}."
             except MemoryFormatError as exc:  # nothing was written; a small model needs told to retry
-                if "again" in str(exc):  # the message already says what to do
-                    return f"Error: {exc}"
+                message = str(exc)
+                if "again" in message:  # the message already says what to do
+                    return f"Error: {message}"
+                said = "" if "nothing was" in message.lower() else f"\nNothing was {action}."
                 retry = f" Fix this and call {tool} again." if action in ("saved", "changed") else ""
-                return f"Error: {exc}\nNothing was {action}.{retry}"
+                return f"Error: {message}{said}{retry}"
             except ObjectNotFound:
                 name = kwargs.get("file_name", args[1] if len(args) > 1 else "")
                 return f"Error: there is no memory file named {name!r}. Call list_files to see what exists."
@@ -113,7 +115,7 @@ def user_words(run_context: RunContext | None) -> str:
     return normalize_text("\n".join(said))
 
 
-def copies_example(text: str, said: str = "") -> bool:
+def copies_example(text: str, said: str = "", *, placeholders: bool = True) -> bool:
     """Whether ``text`` is a bare placeholder, one of our tool messages, or copies one of our
     examples that the user did not say themselves (``said``: ``user_words``).
 
@@ -122,7 +124,7 @@ def copies_example(text: str, said: str = "") -> bool:
     bank; reviews Go code" and a 1.5B model's faithful save was refused as a copy (issue 30). Auto
     memory already exempted what the user said (``auto.doubt.Placeholders``); the tools now do too,
     paraphrases included (``examples.said_by_user``)."""
-    if bare_placeholder(text) or OWN_MESSAGE.search(text):
+    if (placeholders and bare_placeholder(text)) or OWN_MESSAGE.search(text):
         return True
     hit = registry().example(text)
     return hit is not None and not said_by_user(hit, said)
@@ -314,7 +316,9 @@ class MemoryTools(Toolkit):
             What changed, or an error message saying what to fix.
         """
         memdir, rel = self._route(file_name, write=True)
-        if isinstance(new_chunk, str) and new_chunk.strip() and copies_example(new_chunk, user_words(run_context)):
+        # a chunk may well be a number or a date ("2027-01-01"): only our examples and messages are refused
+        if isinstance(new_chunk, str) and new_chunk.strip() \
+                and copies_example(new_chunk, user_words(run_context), placeholders=False):
             raise MemoryFormatError(f"new_chunk {_short(new_chunk)} is copied from the example in your "
                                     "instructions, not something this user said. Nothing was changed; write "
                                     "the new text in your own words from the conversation.")

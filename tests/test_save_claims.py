@@ -1,0 +1,126 @@
+"""An answer that says something was saved while no memory write of the turn succeeded (issue 30).
+
+Seen with Qwen2.5-Coder-1.5B on llama.cpp: "好的，我已经记住了。", "Done.", "Sure, I've saved your
+information in `user_role.md`." with no call at all — a false statement, and the memory lost. In
+the small-model mode (``model.text_tool_calls``) the model is asked once more, told nothing was
+saved; a call it then makes runs like any other, and the user never sees the unbacked claim.
+Through agno's real model classes and a scripted OpenAI-compatible server on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from agno.agent import Agent
+from agno.models.message import Message
+
+from harness_memory.agent_model import make_agent_model
+from harness_memory.agent_model_text import NUDGE, unbacked_claim
+from harness_memory.config import ModelConfig
+from harness_memory.services import MemoryServices
+from tests.fakellm import ScriptedLLM, text, tool_calls
+
+GOOD = "---\nname: polars\ndescription: prefers Polars over pandas\ntype: user\n---\n\nUses Polars.\n"
+SAVE_TEXT = json.dumps({"name": "save_file", "arguments": {"file_name": "user_polars.md", "content": GOOD}})
+
+
+@pytest.fixture
+def services(make_config: Any, llm_server: ScriptedLLM) -> Any:
+    made = MemoryServices.from_config(make_config(model={"model": "m", "base_url": llm_server.base_url,
+                                                          "api_key": "k"}))
+    yield made
+    made.close()
+
+
+def agent(services: MemoryServices, server: ScriptedLLM, *, local: bool = True) -> Agent:
+    model = make_agent_model(ModelConfig(model="m", base_url=server.base_url, api_key="k", text_tool_calls=local))
+    return Agent(model=model, tools=[services.memory_tools("u1", "default")], user_id="u1", telemetry=False)
+
+
+def last_user(server: ScriptedLLM, request: int) -> str:
+    return [m["content"] for m in server.chat_requests[request].messages if m.get("role") == "user"][-1]
+
+
+@pytest.mark.parametrize("mode", ["run", "arun"])
+@pytest.mark.parametrize("claim", ["好的，我已经记住了。", "Done.",
+                                   "Sure, I've saved your information in `user_polars.md`.",
+                                   "Got it — I'll remember that you prefer Polars."])
+def test_an_unbacked_claim_is_asked_again_and_the_call_runs(services: MemoryServices, llm_server: ScriptedLLM,
+                                                           claim: str, mode: str) -> None:
+    llm_server.script(text(claim), text(SAVE_TEXT), text("Saved: you prefer Polars."))
+    a = agent(services, llm_server)
+    out = a.run("I prefer polars, remember it") if mode == "run" else asyncio.run(a.arun("I prefer polars, remember"))
+    assert out.content == "Saved: you prefer Polars."
+    assert len(llm_server.chat_requests) == 3 and last_user(llm_server, 1) == NUDGE
+    assert services.user_agent_dir("u1").read("user_polars.md").text == GOOD
+    assert claim not in str(out.content)
+    stats = a.model.text_call_stats  # type: ignore[union-attr]
+    assert stats.claims == {"nudged": 1, "called": 1}
+    assert all(m.content != NUDGE for m in out.messages or []), "the nudge is not kept in the session"
+
+
+def test_asked_once_per_turn_and_a_plain_answer_replaces_the_claim(services: MemoryServices,
+                                                                  llm_server: ScriptedLLM) -> None:
+    llm_server.script(text("I've saved it."), text("Polars it is."))
+    out = agent(services, llm_server).run("I prefer polars")
+    assert out.content == "Polars it is." and len(llm_server.chat_requests) == 2
+    llm_server.script(text("I've saved it."), text("I've saved it, really."))
+    out = agent(services, llm_server).run("I prefer polars")
+    assert out.content == "I've saved it, really." and len(llm_server.chat_requests) == 4  # not a third time
+
+
+@pytest.mark.parametrize("answer", ["Polars is a DataFrame library written in Rust.", "I remember you like pandas.",
+                                    "The file was saved by your editor at 10:00."])
+def test_answers_that_claim_no_save_are_left_alone(services: MemoryServices, llm_server: ScriptedLLM,
+                                                   answer: str) -> None:
+    llm_server.script(text(answer))
+    assert agent(services, llm_server).run("tell me about polars").content == answer
+    assert len(llm_server.chat_requests) == 1
+
+
+def test_a_claim_backed_by_a_write_of_this_turn_is_not_questioned(services: MemoryServices,
+                                                                  llm_server: ScriptedLLM) -> None:
+    llm_server.script(tool_calls([("save_file", {"file_name": "user_polars.md", "content": GOOD})]),
+                      text("I've saved that."))
+    assert agent(services, llm_server).run("I prefer polars").content == "I've saved that."
+    assert len(llm_server.chat_requests) == 2
+
+
+def test_a_claim_after_a_failed_save_is_questioned(services: MemoryServices, llm_server: ScriptedLLM) -> None:
+    bad = ("save_file", {"file_name": "polars.md", "content": "no frontmatter"})
+    llm_server.script(tool_calls([bad]), text("I've saved that."), text("I could not save it, sorry."))
+    out = agent(services, llm_server).run("I prefer polars")
+    assert out.content == "I could not save it, sorry." and last_user(llm_server, 2) == NUDGE
+
+
+def test_hosted_models_are_never_asked_again(services: MemoryServices, llm_server: ScriptedLLM) -> None:
+    llm_server.script(text("Done."))
+    assert agent(services, llm_server, local=False).run("I prefer polars").content == "Done."
+    assert len(llm_server.chat_requests) == 1
+
+
+def test_the_claim_rule_over_a_history() -> None:
+    """A claim is judged against the writes after the user's LAST message, not earlier turns."""
+    earlier = [Message(role="user", content="remember polars"),
+               Message(role="tool", tool_name="save_file", content="Created memory user_polars.md (user: x)."),
+               Message(role="assistant", content="Saved."), Message(role="user", content="and I use vim")]
+    assert unbacked_claim("Noted.", earlier)
+    assert not unbacked_claim("Noted.", [*earlier, Message(role="tool", tool_name="save_file",
+                                                            content="Created memory user_vim.md (user: vim).")])
+    assert not unbacked_claim("Noted.", [*earlier, Message(role="tool", tool_name="save_file",
+                                                            content="Already done: save_file user_vim.md …")])
+    assert unbacked_claim("Noted.", [*earlier, Message(role="tool", tool_name="read_file", content="…")])
+
+
+def test_a_model_that_keeps_claiming_after_the_nudge_is_not_asked_again(services: MemoryServices,
+                                                                        llm_server: ScriptedLLM) -> None:
+    """The nudge is not kept in the run's messages, so the turn's later calls (after a tool ran)
+    cannot see it: the turn itself is remembered as asked. A model that answers the nudge with a
+    failing save and then claims again ends the turn instead of looping."""
+    bad = ("save_file", {"file_name": "notes.md", "content": "no frontmatter"})
+    llm_server.script(text("Done."), tool_calls([bad]), text("Done."))
+    out = agent(services, llm_server).run("I prefer polars, remember it")
+    assert out.content == "Done." and len(llm_server.chat_requests) == 3
