@@ -201,7 +201,7 @@ def test_an_invalid_edit_says_what_to_do_on_its_field_and_changes_nothing(
     form = {"name": "用户角色 🧑‍💻", "description": "前端工程师，报告用中文 ✅", "type": "user", field: value}
     from harness_memory.memdir.model import compose_memory
 
-    content = compose_memory(form["name"], form["description"], form["type"], "x")
+    content = compose_memory(form["name"], form["description"], form["type"], "—")  # no words to fill a field from
     tool_answer = MemoryTools(server.services.user_agent_dir("u1")).save_file("other.md", content)
     assert tool_answer.startswith("Error: ") and says not in tool_answer
     assert stored(server, "u1", "user_role.md") == before_file

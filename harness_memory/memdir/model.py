@@ -186,7 +186,7 @@ def fill_missing_fields(text: str, file_name: str) -> tuple[str, dict[str, Any]]
     model) gets those keys as its text, and its name as the description. Only a MISSING or empty
     field is filled: a wrong type is the model's statement and is refused; a frontmatter that
     cannot be read is refused as before."""
-    if not isinstance(text, str):
+    if not isinstance(text, str) or not _encodable(text):  # parse_memory says what is wrong with it
         return text, {}
     original = text
     try:
@@ -290,6 +290,15 @@ _TEXT_FIELDS = ("name", "description")
 _BLOCK_INDICATOR = re.compile(r"^[|>][+-]?\d*$")
 
 
+def _encodable(text: str) -> bool:
+    """Whether ``text`` is valid UTF-8 text (a lone surrogate is not: ``utf8_size`` refuses it)."""
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
 def _reads_alone(line: str) -> bool:
     """Whether one ``key: value`` line is valid YAML by itself (then it is not what broke the file)."""
     try:
@@ -310,7 +319,7 @@ def quote_plain_values(text: str) -> tuple[str, tuple[str, ...]]:
     scalar, so quoting it keeps every character. Only these two fields, only a value that is not
     valid YAML by itself (not already quoted, not a block scalar), and only when the result
     parses; anything else is refused as before."""
-    if not isinstance(text, str):
+    if not isinstance(text, str) or not _encodable(text):
         return text, ()
     try:
         front_text, _ = split_frontmatter(text)
