@@ -20,8 +20,8 @@ from harness_memory.config import MemoryConfig
 from harness_memory.layout import Place
 from harness_memory.memdir.versions import ABSENT, VersionBoard, WarmViews
 from harness_memory.services import MemoryServices
-from harness_memory.storage import make_store
 from tests.faults import FaultyStore
+from tests.helpers import faulty_pods
 from tests.servers import RedisServer
 
 QUERY = "python tip"
@@ -36,17 +36,8 @@ def note(i: int, description: str | None = None, body: str | None = None) -> str
 
 @pytest.fixture
 def pods() -> Iterator[Callable[[MemoryConfig], Pod]]:
-    made: list[MemoryServices] = []
-
-    def make(cfg: MemoryConfig) -> Pod:
-        store = FaultyStore(make_store(cfg.store))
-        services = MemoryServices.from_config(cfg, store=store)
-        made.append(services)
-        return services, store
-
-    yield make
-    for services in made:
-        services.close()
+    with faulty_pods() as make:
+        yield make
 
 
 def full(make_config: Callable[..., MemoryConfig], redis: bool | str = True) -> MemoryConfig:

@@ -24,8 +24,8 @@ from harness_memory.config import MemoryConfig
 from harness_memory.errors import OutcomeUnknown
 from harness_memory.layout import SEARCH_DELTA_FILE, SEARCH_INDEX_FILE
 from harness_memory.services import MemoryServices
-from harness_memory.storage import make_store
 from tests.faults import FaultyStore, on
+from tests.helpers import faulty_pods
 from tests.servers import RedisServer
 
 QUERY = "python tip"
@@ -38,17 +38,8 @@ def note(i: int, description: str, body: str) -> str:
 
 @pytest.fixture
 def pods() -> Iterator[Callable[[MemoryConfig], Pod]]:
-    made: list[MemoryServices] = []
-
-    def make(cfg: MemoryConfig) -> Pod:
-        store = FaultyStore(make_store(cfg.store))
-        services = MemoryServices.from_config(cfg, store=store)
-        made.append(services)
-        return services, store
-
-    yield make
-    for services in made:
-        services.close()
+    with faulty_pods() as make:
+        yield make
 
 
 def config(make_config: Callable[..., MemoryConfig], *, share: bool = True) -> MemoryConfig:
