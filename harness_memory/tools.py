@@ -124,8 +124,11 @@ def copies_example(text: str, said: str = "", *, placeholders: bool = True) -> b
     bank; reviews Go code" and a 1.5B model's faithful save was refused as a copy (issue 30). Auto
     memory already exempted what the user said (``auto.doubt.Placeholders``); the tools now do too,
     paraphrases included (``examples.said_by_user``)."""
-    if (placeholders and bare_placeholder(text)) or OWN_MESSAGE.search(text):
+    if OWN_MESSAGE.search(text):
         return True
+    if placeholders and bare_placeholder(text):
+        norm = normalize_text(text)  # a number or date the user wrote ("2026-12-01") is theirs
+        return not (norm.isdigit() and said_by_user(norm, said))
     hit = registry().example(text)
     return hit is not None and not said_by_user(hit, said)
 
@@ -143,9 +146,15 @@ def refuse_copied_examples(memory: MemoryFile | None, said: str = "") -> None:
     if not memory.body.strip():
         raise MemoryFormatError("the memory text is empty: write the memory itself, in your own words, on the "
                                 "lines after the closing '---'. Nothing was saved; call save_file again.")
-    problems = [f"the {what} {_short(text)}" for what, text in (("description", memory.description),
-                                                              ("body", memory.body))
-                if copies_example(text, said)]
+    fields = (("description", memory.description), ("body", memory.body))
+    bare = [f"the {what} {_short(text)}" for what, text in fields
+            if bare_placeholder(text) and copies_example(text, said)]
+    if bare:
+        raise MemoryFormatError(
+            f"{' and '.join(bare)} {'is' if len(bare) == 1 else 'are'} a placeholder, not a memory. Nothing was "
+            "saved. Write the description as one line saying what this memory holds, and the body as the memory "
+            "itself in your own words from what the user said, then call save_file again.")
+    problems = [f"the {what} {_short(text)}" for what, text in fields if copies_example(text, said)]
     if problems:
         raise MemoryFormatError(
             f"{' and '.join(problems)} {'is' if len(problems) == 1 else 'are'} copied from the example or "

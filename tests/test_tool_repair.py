@@ -224,3 +224,22 @@ def test_a_fact_the_user_said_is_saved_even_when_an_example_says_it_too(
     assert ("user_role.md" in services.user_agent_dir("u1").manifest().entries) is saved
     if not saved:
         assert "copied from the example" in answer
+
+
+@pytest.mark.parametrize(("said", "saved"), [
+    ("From now on write every date as ISO 8601 (2026-12-01), never as 12/01. Remember that.", True),
+    ("Remember the deadline.", False),  # a bare number nobody said is a placeholder
+])
+def test_a_bare_date_the_user_wrote_is_theirs(services: MemoryServices, llm_server: ScriptedLLM,
+                                              said: str, saved: bool) -> None:
+    """Seen with the 1.5B model: a body "2026-12-01" was refused as "copied from the example"
+    (a bare number counted as a placeholder) though the user had written that very date."""
+    content = "---\nname: date format\ndescription: Write dates as ISO 8601\ntype: feedback\n---\n\n2026-12-01\n"
+    llm_server.script(tool_calls([("save_file", {"file_name": "feedback_dates.md", "content": content})]),
+                      text("ok"))
+    agent_for(services, llm_server).run(said)
+    answer = tool_answers(llm_server, 1)[-1]
+    assert answer.startswith("Created memory feedback_dates.md") is saved, answer
+    assert "copied from the example" not in answer
+    if not saved:
+        assert "is a placeholder, not a memory" in answer
