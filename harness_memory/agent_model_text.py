@@ -26,6 +26,8 @@ from typing import Any
 from agno.models.response import ModelResponse
 from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall, ChoiceDeltaToolCallFunction
 
+from .auto.signals import default_patterns
+from .session.messages import content_text, strip_injected
 from .text_tool_calls import Recovery, hold_from, recover
 
 log = logging.getLogger(__name__)
@@ -104,7 +106,7 @@ class TextToolCalls:
         if nudged is None:
             return response
         again = super().invoke(*nudged[0], **nudged[1])  # type: ignore[misc]
-        return self._after_nudge(self._recover_whole(again, *nudged), response)
+        return self._after_nudge(self._recover_whole(again, *nudged), response, nudged[0], nudged[1])
 
     async def ainvoke(self, *args: Any, **kwargs: Any) -> Any:
         response = self._recover_whole(await super().ainvoke(*args, **kwargs), args, kwargs)  # type: ignore[misc]
@@ -112,7 +114,7 @@ class TextToolCalls:
         if nudged is None:
             return response
         again = await super().ainvoke(*nudged[0], **nudged[1])  # type: ignore[misc]
-        return self._after_nudge(self._recover_whole(again, *nudged), response)
+        return self._after_nudge(self._recover_whole(again, *nudged), response, nudged[0], nudged[1])
 
     def invoke_stream(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
         stream = super().invoke_stream(*args, **kwargs)  # type: ignore[misc]
@@ -163,7 +165,8 @@ class TextToolCalls:
     def _nudge_if_unbacked(self, response: Any, args: tuple[Any, ...],
                            kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
         """The request to make again when ``response`` tells the user something was saved or
-        remembered while no memory write of this turn succeeded (``unbacked_claim``); else None.
+        remembered, or the user asked to remember something, while no memory write of this turn
+        succeeded (``unbacked``); else None.
 
         Why: a 1.5B model answered "好的，我已经记住了。" / "Done." / "I've saved your information in
         `user_role.md`." with no call at all — a false statement to the user, and the memory lost
@@ -176,27 +179,35 @@ class TextToolCalls:
         if SAVE_TOOL not in {_tool_name(t) for t in tools}:
             return None
         messages = _messages(args, kwargs)
-        if not unbacked_claim(response.content, messages):
+        why = unbacked(response.content, messages)
+        if why is None:
             return None
         stats = self.text_call_stats
         turn = _last_user_id(messages)
         if stats is None or turn is None or not stats.first_nudge(turn):  # once per user message
             return None
         stats.claim("nudged")
-        log.info("the model said it saved something, but no memory write of this turn succeeded: asking again")
+        log.info("%s, but no memory write of this turn succeeded: asking again",
+                 "the model said it saved something" if why == "claim" else "the user asked to remember something")
         from agno.models.message import Message  # agno's own message type (the request is built from it)
 
-        extra = [Message(role="assistant", content=response.content), Message(role="user", content=NUDGE)]
+        extra = [Message(role="assistant", content=response.content),
+                 Message(role="user", content=NUDGE if why == "claim" else NUDGE_ASKED)]
         if "messages" in kwargs:
             return args, {**kwargs, "messages": [*messages, *extra]}
         return ([*messages, *extra], *args[1:]), kwargs
 
-    def _after_nudge(self, again: Any, first: Any) -> Any:
-        """The answer to the nudge: a call (run as any other), or a plain answer shown instead of
-        the unbacked claim; counted either way."""
+    def _after_nudge(self, again: Any, first: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The answer to the nudge: a call (run as any other); else, after an unbacked claim, the new
+        plain answer instead of the claim, and after an unanswered "remember" the first answer
+        (it claimed nothing); counted either way."""
+        called = bool(getattr(again, "tool_calls", None))
         if self.text_call_stats is not None:
-            self.text_call_stats.claim("called" if getattr(again, "tool_calls", None) else "answered")
-        if not getattr(again, "tool_calls", None) and not (isinstance(again.content, str) and again.content.strip()):
+            self.text_call_stats.claim("called" if called else "answered")
+        if called:
+            return again
+        asked = getattr(_messages(args, kwargs)[-1], "content", None) == NUDGE_ASKED
+        if asked or not (isinstance(again.content, str) and again.content.strip()):
             return first
         return again
 
@@ -285,19 +296,33 @@ _CLAIM = re.compile(
     re.IGNORECASE | re.MULTILINE)
 
 
-def unbacked_claim(text: str, messages: list[Any]) -> bool:
-    """Whether ``text`` claims a save and no memory write succeeded since the user's last message
-    (and the model was not already asked about it this turn)."""
-    if not _CLAIM.search(text):
-        return False
+NUDGE_ASKED = ("Memory check: I asked you to remember something, and no memory tool succeeded after my "
+               "message, so nothing was saved. Unless it is a secret, call save_file now with what I asked you to "
+               "keep, in your own words; then answer me.")
+
+
+def unbacked(text: str, messages: list[Any]) -> str | None:
+    """Why the turn's answer ``text`` needs a memory write it does not have: ``"claim"`` (it says
+    something was saved or will be remembered) or ``"asked"`` (the user's message asks to remember
+    — ``auto/patterns/remember.yaml``, the most explicit thing a user can say); None when a memory
+    write succeeded since the user's last message, or neither holds."""
     last_user = max((i for i, m in enumerate(messages) if getattr(m, "role", None) == "user"), default=-1)
-    if last_user < 0 or getattr(messages[last_user], "content", None) == NUDGE:
-        return False
+    if last_user < 0 or getattr(messages[last_user], "content", None) in (NUDGE, NUDGE_ASKED):
+        return None
     for message in messages[last_user + 1:]:
         if getattr(message, "role", None) == "tool" and getattr(message, "tool_name", None) in WRITE_TOOLS \
                 and not str(getattr(message, "content", "")).startswith(("Error", "Already tried")):
-            return False
-    return True
+            return None
+    if _CLAIM.search(text):
+        return "claim"
+    said = strip_injected(content_text(getattr(messages[last_user], "content", None)))
+    remember = default_patterns().sets.get("remember")
+    return "asked" if remember is not None and remember.search(said) else None
+
+
+def unbacked_claim(text: str, messages: list[Any]) -> bool:
+    """Whether ``text`` claims a save that no memory write since the user's last message backs."""
+    return bool(_CLAIM.search(text)) and unbacked(text, messages) == "claim"
 
 
 def _last_user_id(messages: list[Any]) -> str | None:
@@ -365,4 +390,4 @@ def _call_dict(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
     return {"id": _call_id(), "type": "function", "function": {"name": name, "arguments": _dump(arguments)}}
 
 
-__all__ = ["NUDGE", "TextCallStats", "TextToolCalls", "unbacked_claim"]
+__all__ = ["NUDGE", "NUDGE_ASKED", "TextCallStats", "TextToolCalls", "unbacked", "unbacked_claim"]

@@ -18,7 +18,7 @@ from agno.agent import Agent
 from agno.models.message import Message
 
 from harness_memory.agent_model import make_agent_model
-from harness_memory.agent_model_text import NUDGE, unbacked_claim
+from harness_memory.agent_model_text import NUDGE, NUDGE_ASKED, unbacked, unbacked_claim
 from harness_memory.config import ModelConfig
 from harness_memory.services import MemoryServices
 from tests.fakellm import ScriptedLLM, text, tool_calls
@@ -124,3 +124,41 @@ def test_a_model_that_keeps_claiming_after_the_nudge_is_not_asked_again(services
     llm_server.script(text("Done."), tool_calls([bad]), text("Done."))
     out = agent(services, llm_server).run("I prefer polars, remember it")
     assert out.content == "Done." and len(llm_server.chat_requests) == 3
+
+
+# -- the user asked to remember, and nothing was saved ------------------------------------------------
+@pytest.mark.parametrize("said", ["I use Polars, not pandas. Please remember that.", "请记住：我用 polars。",
+                                  "Don't forget: I use polars."])
+def test_a_remember_request_with_no_save_is_asked_once(services: MemoryServices, llm_server: ScriptedLLM,
+                                                       said: str) -> None:
+    """The 1.5B model answered "Sure, I'll use Polars." to "…remember that" and saved nothing (no
+    claim to catch): the user's explicit request is itself the reason to ask once more."""
+    llm_server.script(text("Sure, Polars it is."), text(SAVE_TEXT), text("Saved: you prefer Polars."))
+    out = agent(services, llm_server).run(said)
+    assert out.content == "Saved: you prefer Polars." and last_user(llm_server, 1) == NUDGE_ASKED
+    assert services.user_agent_dir("u1").read("user_polars.md").text == GOOD
+
+
+def test_a_remember_request_answered_in_words_again_keeps_the_first_answer(services: MemoryServices,
+                                                                          llm_server: ScriptedLLM) -> None:
+    llm_server.script(text("Sure, Polars it is."), text("As I said, Polars."))
+    out = agent(services, llm_server).run("I use polars. Remember that.")
+    assert out.content == "Sure, Polars it is." and len(llm_server.chat_requests) == 2
+
+
+@pytest.mark.parametrize("said", ["Do you remember what I use?", "I don't remember the flag, which is it?",
+                                  "How do I remember a closure's value in Python?"])
+def test_no_remember_request_no_second_ask(services: MemoryServices, llm_server: ScriptedLLM, said: str) -> None:
+    llm_server.script(text("Polars."))
+    assert agent(services, llm_server).run(said).content == "Polars."
+    assert len(llm_server.chat_requests) == 1
+
+
+def test_a_remember_request_of_an_earlier_turn_is_not_asked_about_again() -> None:
+    earlier = [Message(role="user", content="remember: I use polars"),
+               Message(role="tool", tool_name="save_file", content="Created memory user_polars.md (user: x)."),
+               Message(role="assistant", content="Saved."), Message(role="user", content="what is 2+2?")]
+    assert unbacked("4", earlier) is None
+    assert unbacked("4", earlier[:1]) == "asked"
+    wrapped = "<session-summary>\nremember the build flags\n</session-summary>\n\nwhat is 2+2?"
+    assert unbacked("4", [Message(role="user", content=wrapped)]) is None  # our own injected text is not the user's
