@@ -156,6 +156,22 @@ def test_an_edited_fact_becomes_protected(auto: AutoMemory) -> None:
     assert report.rejected["merge_manual_fact"] == 1 and stored(auto)[b].content == "Uses Neovim with lazy.nvim"
 
 
+def test_a_merge_must_hold_its_sources(auto: AutoMemory) -> None:
+    """Seen with Qwen2.5-Coder-1.5B (issue 30's run): two unrelated facts "merged" into a text that
+    holds neither. Refused whole: both facts stay as they were."""
+    a, b = seed(auto, "Has a cat named Miso", "Plays chess on Sundays")
+    before = stored(auto)
+    report = apply(auto, UpdatePlan(new_facts=[merge("Use pandas for the dataframe library", a, b)]))
+    assert stored(auto) == before and report.merged == []
+    assert [(r.ids, r.reason) for r in report.merges_refused] == [((a, b), "merge_loses_source")]
+    ok = apply(auto, UpdatePlan(new_facts=[merge("Has a cat named Miso; plays chess on Sundays", a, b)]))
+    assert len(ok.merged) == 1 and [f.content for f in stored(auto).values()] == [
+        "Has a cat named Miso; plays chess on Sundays"]
+    c, d = seed(auto, "每周日下午下象棋", "养了一只叫 Miso 的猫")  # CJK pairs count as words too
+    refused = apply(auto, UpdatePlan(new_facts=[merge("用 pandas 处理数据", c, d)]))
+    assert [r.reason for r in refused.merges_refused] == ["merge_loses_source"]
+
+
 def test_a_valid_merge_still_folds_its_sources(auto: AutoMemory) -> None:
     a, b = seed(auto, "Installs packages with pnpm", "Likes pnpm workspaces")
     report = apply(auto, UpdatePlan(new_facts=[merge("Installs with pnpm, workspaces too", a, b)]))
@@ -186,12 +202,15 @@ def test_no_merge_loses_a_fact(auto: AutoMemory, kinds: list[str], data: st.Data
     pool = st.sampled_from([*ids, "fact-00000000", "fact-unknown1"])
     merges = data.draw(st.lists(st.lists(pool, min_size=1, max_size=MAX_MERGE_SOURCES + 3), max_size=4))
     removals = data.draw(st.lists(pool, max_size=2))
-    plan = UpdatePlan(new_facts=[merge(f"Merged text {i}", *m) for i, m in enumerate(merges)],
+    # each merged text holds its sources (a merge that does not is refused: test_a_merge_must_hold_its_sources)
+    texts = [f"Merged text {i}: " + "; ".join(before[x].content for x in dict.fromkeys(m) if x in before)
+             for i, m in enumerate(merges)]
+    plan = UpdatePlan(new_facts=[merge(texts[i], *m) for i, m in enumerate(merges)],
                       removals=[Removal(r, "gone") for r in removals])
     report = apply(auto, plan, "forget")
     after = stored(auto)
     applied = [tuple(dict.fromkeys(m)) for n, m in enumerate(merges)
-               if any(f.content == f"Merged text {n}" for f in after.values())]
+               if any(f.content == texts[n] for f in after.values())]
     folded: list[str] = [fid for group in applied for fid in group]
     assert len(folded) == len(set(folded))  # no fact consumed twice
     for fid, fact in before.items():

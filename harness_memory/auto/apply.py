@@ -201,7 +201,7 @@ def _check_merges(plan: UpdatePlan, txn: AutoTxn, snapshot: AutoView,
             continue
         report.merges_proposed += 1
         ids = tuple(dict.fromkeys(proposed.merges))
-        reason = _merge_refusal(ids, txn, snapshot, removed, claimed)
+        reason = _merge_refusal(ids, txn, snapshot, removed, claimed) or _merge_loses(proposed.content, ids, txn)
         claimed.update(ids)
         if reason is None:
             out[index] = [txn.view.facts[fid] for fid in ids]
@@ -229,6 +229,25 @@ def _merge_refusal(ids: tuple[str, ...], txn: AutoTxn, snapshot: AutoView, remov
             return "merge_manual_fact"
         if fact.category is Category.CORRECTION:
             return "merge_correction"
+    return None
+
+
+def _merge_loses(content: str, ids: tuple[str, ...], txn: AutoTxn) -> str | None:
+    """``"merge_loses_source"`` when the merged text does not hold a source: at least half of each
+    source's content words (at least one) must be in it; else None.
+
+    Why: a 1.5B model "merged" two unrelated facts ("Has a cat named Miso", "Plays chess on
+    Sundays") into "Use pandas for the dataframe library" — the merge replaced the first source's
+    text and removed the second, losing both (issue 30's run, bench/QUALITY.md). A merge folds
+    facts that say the same thing; its text must still say what each of them said."""
+    merged = terms(content)
+    for fid in ids:
+        fact = txn.view.facts.get(fid)
+        if fact is None:
+            continue
+        wanted = terms(fact.content)
+        if wanted and len(wanted & merged) < max(1, (len(wanted) + 1) // 2):
+            return "merge_loses_source"
     return None
 
 

@@ -210,7 +210,8 @@ class MergeRefusalOut(BaseModel):
     content: str = Field(description="The merged text the model proposed (not stored).")
     ids: list[str] = Field(description="The facts it named; each was kept as it was.")
     reason: str = Field(description="merge_unknown_id, merge_id_reused, merge_too_many, merge_correction, "
-                                    "merge_manual_fact, merge_edited_meanwhile or merge_text_refused (the merged text "
+                                    "merge_manual_fact, merge_edited_meanwhile, merge_loses_source (the merged "
+                                    "text does not hold a source) or merge_text_refused (the merged text "
                                     "itself failed the rules).")
 
 
