@@ -37,6 +37,7 @@ from .escape import inline
 from .examples import FRONTMATTER_EXAMPLE, OWN_MESSAGE, bare_placeholder, normalize_text, registry, said_by_user
 from .memdir import MemoryDir, MemoryFile, fill_missing_fields, parse_memory, quote_plain_values
 from .observe import DISABLED, Telemetry, wrap_context
+from .session.messages import content_text, strip_injected
 from .tool_guard import RepeatGuard, once_per_run
 
 log = logging.getLogger(__name__)
@@ -111,7 +112,8 @@ def _filled_note(filled: dict[str, Any]) -> str:
 def user_words(run_context: RunContext | None) -> str:
     """What the user wrote in this run's messages (history included), normalised for comparison."""
     messages = getattr(run_context, "messages", None) or []
-    said = [m.content for m in messages if getattr(m, "role", None) == "user" and isinstance(m.content, str)]
+    # without the blocks our own hooks put in front of a message (a summary, recalled memories)
+    said = [strip_injected(content_text(m.content)) for m in messages if getattr(m, "role", None) == "user"]
     return normalize_text("\n".join(said))
 
 
