@@ -243,3 +243,18 @@ def test_a_bare_date_the_user_wrote_is_theirs(services: MemoryServices, llm_serv
     assert "copied from the example" not in answer
     if not saved:
         assert "is a placeholder, not a memory" in answer
+
+
+def test_our_own_injected_blocks_are_not_the_users_words() -> None:
+    """A session summary or recalled memories put in front of the user's message are ours: an
+    example that reached one of them does not become "what the user said"."""
+    from agno.models.message import Message
+    from agno.run import RunContext
+
+    from harness_memory.tools import copies_example, user_words
+
+    injected = f"<session-summary>\n{EXAMPLE_DESCRIPTION}\n</session-summary>\n\nWhat did we decide?"
+    ctx = RunContext(run_id="r", session_id="s", messages=[Message(role="user", content=injected)])
+    assert copies_example(EXAMPLE_DESCRIPTION, user_words(ctx))
+    ctx = RunContext(run_id="r", session_id="s", messages=[Message(role="user", content=EXAMPLE_DESCRIPTION)])
+    assert not copies_example(EXAMPLE_DESCRIPTION, user_words(ctx))
