@@ -84,17 +84,14 @@ ABSENT = "-"
 Counter = Callable[[str, str], None]
 
 
-class VersionBoard:
-    """Publishes and reads place versions in Redis (``redis`` a redis-py client)."""
+class _RedisBackoff:
+    """Redis use that steps aside after a failure: a hung server must not cost every build and
+    every commit a socket timeout; for ``retry_after`` seconds callers read the store instead."""
 
-    def __init__(self, redis: Any, prefix: str, *, ttl: int = ANNOUNCE_TTL, retry_after: float = 5.0,
-                 on_round_trip: Callable[[], None] = lambda: None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, redis: Any, prefix: str, *, retry_after: float, on_round_trip: Callable[[], None],
+                 clock: Callable[[], float]) -> None:
         self.redis = redis
         self.prefix = prefix
-        self.ttl = ttl
-        #: After a failure Redis is left alone this long (a hung server must not cost every build
-        #: and every commit a socket timeout); meanwhile builds read the store.
         self.retry_after = retry_after
         self._round_trip = on_round_trip
         self._clock = clock
@@ -106,6 +103,16 @@ class VersionBoard:
     def _failed(self, what: str, exc: Exception) -> None:
         self._down_until = self._clock() + self.retry_after
         log.info("%s (%s: %s); not asking Redis again for %gs", what, type(exc).__name__, exc, self.retry_after)
+
+
+class VersionBoard(_RedisBackoff):
+    """Publishes and reads place versions in Redis (``redis`` a redis-py client)."""
+
+    def __init__(self, redis: Any, prefix: str, *, ttl: int = ANNOUNCE_TTL, retry_after: float = 5.0,
+                 on_round_trip: Callable[[], None] = lambda: None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(redis, prefix, retry_after=retry_after, on_round_trip=on_round_trip, clock=clock)
+        self.ttl = ttl
 
     def key(self, place_prefix: str) -> str:
         return f"{self.prefix}ver:{{{place_prefix}}}"
@@ -157,7 +164,7 @@ BODY_TTL = 3600.0
 BODY_MAX_BYTES = 16 * 1024
 
 
-class SharedBodies:
+class SharedBodies(_RedisBackoff):
     """Recalled file bodies shared by every pod through Redis, keyed by the file's version.
 
     The key names the place (its hash tag), the file and the manifest entry's ``updated_at`` and
@@ -170,27 +177,15 @@ class SharedBodies:
     def __init__(self, redis: Any, prefix: str, *, ttl: float = BODY_TTL, max_bytes: int = BODY_MAX_BYTES,
                  retry_after: float = 5.0, on_round_trip: Callable[[], None] = lambda: None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.redis = redis
-        self.prefix = prefix
+        super().__init__(redis, prefix, retry_after=retry_after, on_round_trip=on_round_trip, clock=clock)
         self.ttl = ttl
         self.max_bytes = max_bytes
-        self.retry_after = retry_after
-        self._round_trip = on_round_trip
-        self._clock = clock
-        self._down_until = 0.0
 
     def key(self, place_prefix: str, file: str, updated_at: float, size: int) -> str:
         return f"{self.prefix}body:{{{place_prefix}}}{file}@{updated_at!r}:{size}"
 
     def fits(self, size: int) -> bool:
         return 0 < size <= self.max_bytes
-
-    def _usable(self) -> bool:
-        return self._clock() >= self._down_until
-
-    def _failed(self, what: str, exc: Exception) -> None:
-        self._down_until = self._clock() + self.retry_after
-        log.info("%s (%s: %s); not asking Redis again for %gs", what, type(exc).__name__, exc, self.retry_after)
 
     def get(self, place_prefix: str, file: str, updated_at: float, size: int) -> str | None:
         """The text of that version when some pod shared it (and it has the entry's size)."""
