@@ -105,7 +105,11 @@ class TextToolCalls:
         nudged = self._nudge_if_unbacked(response, args, kwargs)
         if nudged is None:
             return response
-        again = super().invoke(*nudged[0], **nudged[1])  # type: ignore[misc]
+        try:
+            again = super().invoke(*nudged[0], **nudged[1])  # type: ignore[misc]
+        except Exception:  # the second ask is ours: its failure never costs the user the first answer
+            log.warning("asking the model again about an unsaved memory failed", exc_info=True)
+            return response
         return self._after_nudge(self._recover_whole(again, *nudged), response, nudged[0], nudged[1])
 
     async def ainvoke(self, *args: Any, **kwargs: Any) -> Any:
@@ -113,7 +117,11 @@ class TextToolCalls:
         nudged = self._nudge_if_unbacked(response, args, kwargs)
         if nudged is None:
             return response
-        again = await super().ainvoke(*nudged[0], **nudged[1])  # type: ignore[misc]
+        try:
+            again = await super().ainvoke(*nudged[0], **nudged[1])  # type: ignore[misc]
+        except Exception:
+            log.warning("asking the model again about an unsaved memory failed", exc_info=True)
+            return response
         return self._after_nudge(self._recover_whole(again, *nudged), response, nudged[0], nudged[1])
 
     def invoke_stream(self, *args: Any, **kwargs: Any) -> Iterator[Any]:

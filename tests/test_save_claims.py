@@ -162,3 +162,15 @@ def test_a_remember_request_of_an_earlier_turn_is_not_asked_about_again() -> Non
     assert unbacked("4", earlier[:1]) == "asked"
     wrapped = "<session-summary>\nremember the build flags\n</session-summary>\n\nwhat is 2+2?"
     assert unbacked("4", [Message(role="user", content=wrapped)]) is None  # our own injected text is not the user's
+
+
+@pytest.mark.parametrize("mode", ["run", "arun"])
+def test_a_failing_second_ask_keeps_the_first_answer(services: MemoryServices, llm_server: ScriptedLLM,
+                                                     mode: str) -> None:
+    """The second ask is memory work: a model error there never fails the user's run."""
+    from tests.fakellm import error
+
+    llm_server.script(text("Sure, Polars it is."), *[error(400, "bad request")] * 3)
+    a, said = agent(services, llm_server), "I use polars. Remember that."
+    out = a.run(said) if mode == "run" else asyncio.run(a.arun(said))
+    assert out.content == "Sure, Polars it is."
