@@ -278,6 +278,9 @@ class SessionConfig(_Section):
     failure_backoff_seconds: float = Field(
         60.0, ge=0, description="Pause after a failed summary before the next automatic attempt."
     )
+    summary_retries: int = Field(1, ge=0, le=3, description=(
+        "Times a summary answer the template check rejects (too few of its sections, empty) is asked "
+        "for again at once, told why, before the failure back-off. A model call only on a rejection."))
 
 
 class AutoMemoryConfig(_Section):

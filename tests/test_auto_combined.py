@@ -136,9 +136,13 @@ def test_a_bad_summary_half_still_applies_the_memory_half(pod: Callable[..., Any
     services, auto = pod()
     manager = services.session_manager()
     talk(services, auto, "I build dashboards in Vue 3 and I need help with the router.", "Sure. " * 60)
-    llm_server.script(combined(summary="I could not summarise this.\n"))
+    llm_server.script(combined(summary="I could not summarise this.\n"), text("Still no summary."))
     result = manager.maybe_extract_sync(SID)
     assert result.status is ExtractStatus.FAILED and "SummaryRejected" in (result.error or "")
+    first, again = llm_server.chat_requests
+    # Asked again for the summary alone: the memory half was already taken from the first answer.
+    assert str(first.messages[0]["content"]).startswith(COMBINED_MARKER)
+    assert str(again.messages[0]["content"]).startswith(PROMPT_MARKER) and AUTO_PROMPT[:60] not in str(again.messages)
     assert manager.get_summary_sync(SID) is None
     assert [f.content for f in auto.list_facts("u1")] == ["Builds dashboards in Vue 3"]
     assert auto.results[-1].combined and auto.worker.pending_count() == 0

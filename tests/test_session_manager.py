@@ -205,10 +205,11 @@ def test_model_failure_changes_nothing(
     assert before_state is not None and before_pending is not None and len(before_pending.messages) == 6
     bad = {"garbage": raw("lorem ipsum {not a summary} ### ???"), "empty": text(""),
            "timeout": delay(3.0, text(summary_md("Too late"))), "http-500": error(500, "overloaded")}[failure]
-    llm_server.script(bad)
+    rejected = failure == "garbage"  # an answer the template check rejects is asked for once more, at once
+    llm_server.script(*([bad, bad] if rejected else [bad]))
     result = mgr.maybe_extract_sync(sid)
     assert result.status is ExtractStatus.FAILED and result.error and result.messages_left == 6
-    assert len(llm_server.chat_requests) == 2  # the model was asked
+    assert len(llm_server.chat_requests) == (3 if rejected else 2)  # the model was asked
     assert stored_object(mgr, sid) == before_object  # stored summary unchanged
     after = mgr.buffer.pending(sid)
     assert after is not None and after.messages == before_pending.messages  # no message lost
@@ -222,6 +223,68 @@ def test_model_failure_changes_nothing(
     llm_server.script(text(summary_md("Version two")))
     retry = mgr.maybe_extract_sync(sid, force=True)
     assert retry.ok and retry.messages_sent == 6 and retry.version == 2
+
+
+# What the 1.5B model wrote for a short session (bench/QUALITY.md, correction_en): its own bullets
+# under one known heading — 2 of the template's sections.
+SMALL_MODEL_SUMMARY = ("# Load CSV and Calculate Mean\n\n## Current State\n- **Tools**: Pandas, Polars\n"
+                       "- **Task**: Load the CSV file and calculate the mean of the price column\n\n"
+                       "## Task\n- Use Polars, not pandas\n")
+
+
+@pytest.mark.parametrize("retries", [0, 1, 2])
+def test_a_rejected_summary_is_asked_for_again_at_once_told_why(
+    make_config: Callable[..., MemoryConfig], managers: Callable[[MemoryConfig], SessionMemoryManager],
+    llm_server: ScriptedLLM, retries: int,
+) -> None:
+    cfg = make_config("local", model=model_cfg(llm_server), session={**SESSION, "summary_retries": retries})
+    mgr = managers(cfg)
+    sid = "again-" + uuid.uuid4().hex[:6]
+    for i in range(3):
+        mgr.collect_messages_sync(sid, turn(i))
+    if retries == 0:
+        llm_server.script(text(SMALL_MODEL_SUMMARY))
+    else:
+        llm_server.script(*[text(SMALL_MODEL_SUMMARY)] * retries, text(summary_md("Fixed on the last ask")))
+    result = mgr.maybe_extract_sync(sid)
+    requests = summary_requests(llm_server)
+    if retries == 0:  # no second ask: it waits for the back-off, nothing changed
+        assert result.status is ExtractStatus.FAILED and "2 of the template's sections" in (result.error or "")
+        assert len(requests) == 1 and mgr.get_summary_sync(sid) is None
+        pending = mgr.buffer.pending(sid)
+        assert pending is not None and len(pending.messages) == 6
+        return
+    # retries >= 1: the first ask is rejected, a later one gives a good answer
+    assert len(requests) == retries + 1
+    assert result.ok, result.error
+    summary = mgr.get_summary_sync(sid)
+    assert summary is not None and "Fixed on the last ask" in summary
+    again = requests[1].messages
+    assert again[:2] == requests[0].messages  # the same conversation, then its answer and why
+    assert again[2] == {"role": "assistant", "content": SMALL_MODEL_SUMMARY.strip()}
+    told = str(again[3]["content"])
+    assert "2 of the template's sections" in told and "## Errors and Corrections" in told
+    assert SMALL_MODEL_SUMMARY[:40] not in told  # the reason, not the answer echoed back
+    assert mgr.model_calls == len(requests)
+
+
+def test_a_summary_rejected_on_every_ask_changes_nothing(
+    make_config: Callable[..., MemoryConfig], managers: Callable[[MemoryConfig], SessionMemoryManager],
+    llm_server: ScriptedLLM,
+) -> None:
+    cfg = make_config("cos", redis=True, model=model_cfg(llm_server), session={**SESSION, "summary_retries": 2})
+    mgr = managers(cfg)
+    sid = "never-" + uuid.uuid4().hex[:6]
+    for i in range(3):
+        mgr.collect_messages_sync(sid, turn(i))
+    llm_server.script(text(SMALL_MODEL_SUMMARY), text("I cannot summarise this."), text(SMALL_MODEL_SUMMARY))
+    result = mgr.maybe_extract_sync(sid)
+    assert result.status is ExtractStatus.FAILED and result.messages_left == 6
+    assert len(summary_requests(llm_server)) == 3 and llm_server.pending == 0
+    assert stored_object(mgr, sid) is None and mgr.get_summary_sync(sid) is None
+    state = mgr.buffer.state(sid)
+    assert state is not None and state.failures == 1 and state.retry_at > time.time()
+    assert mgr.buffer.lock_ttl_ms(sid) is None
 
 
 def test_store_down_means_no_model_call_and_nothing_lost(

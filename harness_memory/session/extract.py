@@ -57,6 +57,7 @@ from .summary import (
     parse_stored,
     parse_summary,
     render_summary,
+    retry_request,
     serialize_stored,
     summary_messages,
     utc_now,
@@ -168,7 +169,9 @@ class Summariser:
         try:
             answer = model.complete(ride.messages(prompt, chosen) if ride else prompt, max_tokens=max_tokens,
                                     purpose="summary+extraction" if ride else "summary")
-            doc = parse_summary(ride.split(answer) if ride else answer.text).merged_over(prev_doc)
+            text = ride.split(answer) if ride else answer.text
+            doc = self._parsed_or_asked_again(text, prompt, model, max_tokens - (ride.max_tokens if ride else 0)
+                                              ).merged_over(prev_doc)
         except (LLMError, SummaryRejected) as exc:
             return self._failed(session_id, batch, f"{type(exc).__name__}: {exc}")
         except Exception as exc:  # a custom model object failing in its own way
@@ -220,6 +223,28 @@ class Summariser:
             self.store.put_if_match(key, data, previous.etag, content_type="text/markdown; charset=utf-8")
         else:
             self.store.put(key, data, content_type="text/markdown; charset=utf-8")
+
+    def _parsed_or_asked_again(self, text: str, prompt: list[dict[str, str]], model: SummaryModel,
+                               max_tokens: int) -> SummaryDoc:
+        """The summary in ``text``; an answer the template check rejects is asked for again at
+        once, told why (``session.summary_retries``).
+
+        Why: a small model often writes a fair summary under its own headings ("## Tools",
+        "**Task**:") — waiting for the failure back-off would leave the session unsummarised for
+        minutes and then, most often, get the same shape. One more call with the reason is cheap,
+        and is only ever made for a rejected answer (a model error is not retried here)."""
+        for attempt in range(self.cfg.summary_retries + 1):
+            try:
+                return parse_summary(text)
+            except SummaryRejected as exc:
+                if attempt == self.cfg.summary_retries:
+                    raise
+                log.info("summary answer rejected (%s); asking once more", exc.reason)
+                self.model_calls += 1
+                again = [*prompt, {"role": "assistant", "content": text},
+                         {"role": "user", "content": retry_request(exc.reason)}]
+                text = model.complete(again, max_tokens=max_tokens, purpose="summary").text
+        raise AssertionError("unreachable")  # the loop returns or raises
 
     def _failed(self, session_id: str, batch: PendingBatch, reason: str) -> ExtractionResult:
         self.failures += 1

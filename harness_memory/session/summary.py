@@ -72,7 +72,21 @@ _TEMPLATE_LINE = re.compile(r"\s*<[^<>\n]*>\s*")
 
 
 class SummaryRejected(ValueError):
-    """The model's answer is not a usable summary; the message says why."""
+    """The model's answer is not a usable summary; the message says why. ``reason`` is the why
+    alone, without the answer's text (what is said back to the model when asking again)."""
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason or message
+
+
+def retry_request(reason: str) -> str:
+    """What a model is told when its summary answer was rejected: the reason and the shape, never
+    an example it could copy back as the summary."""
+    headings = ", ".join(f"## {h}" for h in HEADINGS.values())
+    return (f"That answer cannot be stored: {reason}. Write the whole summary again in the template's "
+            f"shape: one '# ' title line, then these sections with their headings exactly as written: "
+            f"{headings}. Write {EMPTY} under a section with nothing to say.")
 
 
 @dataclass
@@ -201,7 +215,7 @@ def parse_summary(answer: str) -> SummaryDoc:
         if end > 0:
             text = text[end + 4 :].strip()
     if not text:
-        raise SummaryRejected("the model returned an empty answer")
+        raise SummaryRejected("the model returned an empty answer", "it is empty")
     title = ""
     sections: dict[str, list[str]] = {}
     current: str | None = None
@@ -229,10 +243,11 @@ def parse_summary(answer: str) -> SummaryDoc:
     if copied_example(title) is not None:
         title = ""  # the template's own title line ("<a distinctive 5-10 word title …>"): no title
     if len(bodies) < MIN_SECTIONS:
+        reason = f"it has {len(bodies)} of the template's sections (at least {MIN_SECTIONS} are needed)"
         raise SummaryRejected(f"the answer has {len(bodies)} of the template's sections "
-                              f"(need {MIN_SECTIONS}): {text[:120]!r}")
+                              f"(need {MIN_SECTIONS}): {text[:120]!r}", reason)
     if not any(_clean_body(b) for b in bodies.values()):
-        raise SummaryRejected("every section of the answer is empty")
+        raise SummaryRejected("every section of the answer is empty", "every section of it is empty")
     return SummaryDoc(title, bodies)
 
 
