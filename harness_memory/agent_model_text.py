@@ -26,6 +26,7 @@ from typing import Any
 from agno.models.response import ModelResponse
 from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall, ChoiceDeltaToolCallFunction
 
+from . import save_ask
 from .auto.signals import default_patterns
 from .session.messages import content_text, strip_injected
 from .text_tool_calls import Recovery, hold_from, recover
@@ -109,8 +110,22 @@ class TextToolCalls:
             again = super().invoke(*nudged[0], **nudged[1])  # type: ignore[misc]
         except Exception:  # the second ask is ours: its failure never costs the user the first answer
             log.warning("asking the model again about an unsaved memory failed", exc_info=True)
-            return response
-        return self._after_nudge(self._recover_whole(again, *nudged), response, nudged[0], nudged[1])
+            again = None
+        out = self._after_nudge(again, response, nudged[0], nudged[1])
+        if out is not response or not _CLAIM.search(response.content):
+            return out
+        if not _asked_for_memory(nudged):
+            return _without_claim(response)
+        # The memory was asked for and did not come, and the first answer claims it was saved: that
+        # claim is never shown as it is; asked in words, the model answers again (or makes the call).
+        words = _words_request(response, args, kwargs)
+        try:
+            again = super().invoke(*words[0], **words[1])  # type: ignore[misc]
+        except Exception:
+            log.warning("asking the model again about an unsaved memory failed", exc_info=True)
+            again = None
+        out = self._after_nudge(again, response, *words)
+        return _without_claim(response) if out is response else out
 
     async def ainvoke(self, *args: Any, **kwargs: Any) -> Any:
         response = self._recover_whole(await super().ainvoke(*args, **kwargs), args, kwargs)  # type: ignore[misc]
@@ -121,8 +136,20 @@ class TextToolCalls:
             again = await super().ainvoke(*nudged[0], **nudged[1])  # type: ignore[misc]
         except Exception:
             log.warning("asking the model again about an unsaved memory failed", exc_info=True)
-            return response
-        return self._after_nudge(self._recover_whole(again, *nudged), response, nudged[0], nudged[1])
+            again = None
+        out = self._after_nudge(again, response, nudged[0], nudged[1])
+        if out is not response or not _CLAIM.search(response.content):
+            return out
+        if not _asked_for_memory(nudged):
+            return _without_claim(response)
+        words = _words_request(response, args, kwargs)  # as in ``invoke``
+        try:
+            again = await super().ainvoke(*words[0], **words[1])  # type: ignore[misc]
+        except Exception:
+            log.warning("asking the model again about an unsaved memory failed", exc_info=True)
+            again = None
+        out = self._after_nudge(again, response, *words)
+        return _without_claim(response) if out is response else out
 
     def invoke_stream(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
         stream = super().invoke_stream(*args, **kwargs)  # type: ignore[misc]
@@ -178,9 +205,12 @@ class TextToolCalls:
 
         Why: a 1.5B model answered "好的，我已经记住了。" / "Done." / "I've saved your information in
         `user_role.md`." with no call at all — a false statement to the user, and the memory lost
-        (issue 30). Asked once more, with the fact that nothing was saved, it usually makes the
-        call. Once per turn; only with ``text_tool_calls`` on (the small-model mode) and when the
-        request offers ``save_file``; never while streaming (the claim is already on screen)."""
+        (issue 30). After a bare claim it is asked once more in words, told nothing was saved. When
+        the user asked to remember, words were not enough (the 1.5B model answered the words with
+        more words): the memory itself is asked for as data under a JSON schema (``save_ask``) and
+        becomes an ordinary ``save_file`` call. Once per turn; only with ``text_tool_calls`` on (the
+        small-model mode) and when the request offers ``save_file``; never while streaming (the
+        claim is already on screen)."""
         tools = self._tools_if_on(args, kwargs)
         if tools is None or getattr(response, "tool_calls", None) or not isinstance(response.content, str):
             return None
@@ -197,25 +227,37 @@ class TextToolCalls:
         stats.claim("nudged")
         log.info("%s, but no memory write of this turn succeeded: asking again",
                  "the model said it saved something" if why == "claim" else "the user asked to remember something")
+        if why != "asked":
+            return _words_request(response, args, kwargs)
+        # The user asked to remember: the memory itself is asked for, shaped by a JSON schema the
+        # server enforces (``save_ask``); no tools in that request, so the answer is the memory.
         from agno.models.message import Message  # agno's own message type (the request is built from it)
 
-        extra = [Message(role="assistant", content=response.content),
-                 Message(role="user", content=NUDGE if why == "claim" else NUDGE_ASKED)]
-        if "messages" in kwargs:
-            return args, {**kwargs, "messages": [*messages, *extra]}
-        return ([*messages, *extra], *args[1:]), kwargs
+        extra = [Message(role="assistant", content=response.content), Message(role="user", content=save_ask.ASK)]
+        args, kwargs = _with(args, kwargs, 2, "response_format", save_ask.RESPONSE_FORMAT)
+        args, kwargs = _with(args, kwargs, 3, "tools", None)
+        args, kwargs = _with(args, kwargs, 4, "tool_choice", None)
+        return _with(args, kwargs, 0, "messages", [*messages, *extra])
 
     def _after_nudge(self, again: Any, first: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """The answer to the nudge: a call (run as any other); else, after an unbacked claim, the new
-        plain answer instead of the claim, and after an unanswered "remember" the first answer
-        (it claimed nothing); counted either way."""
-        called = bool(getattr(again, "tool_calls", None))
+        """The answer to the nudge (``again``, None when that ask failed): a call (run as any other);
+        else, after an unbacked claim, the new plain answer instead of the claim, and after an
+        unanswered "remember" the first answer (the caller asks in words when that one claims);
+        counted either way."""
+        asked = getattr(_messages(args, kwargs)[-1], "content", None) == save_ask.ASK
+        if again is not None and asked:
+            arguments = save_ask.save_arguments(getattr(again, "content", None))
+            if arguments is not None:  # an ordinary save_file call from here: the tool's checks decide
+                again.tool_calls = [_call_dict(SAVE_TOOL, arguments)]
+                again.content = None
+        elif again is not None:
+            again = self._recover_whole(again, args, kwargs)
+        called = again is not None and bool(getattr(again, "tool_calls", None))
         if self.text_call_stats is not None:
             self.text_call_stats.claim("called" if called else "answered")
         if called:
             return again
-        asked = getattr(_messages(args, kwargs)[-1], "content", None) == NUDGE_ASKED
-        if asked or not (isinstance(again.content, str) and again.content.strip()):
+        if again is None or asked or not (isinstance(again.content, str) and again.content.strip()):
             return first
         return again
 
@@ -304,33 +346,64 @@ _CLAIM = re.compile(
     re.IGNORECASE | re.MULTILINE)
 
 
-NUDGE_ASKED = ("Memory check: I asked you to remember something, and no memory tool succeeded after my "
-               "message, so nothing was saved. Unless it is a secret, call save_file now with what I asked you to "
-               "keep, in your own words; then answer me.")
 
 
 def unbacked(text: str, messages: list[Any]) -> str | None:
-    """Why the turn's answer ``text`` needs a memory write it does not have: ``"claim"`` (it says
-    something was saved or will be remembered) or ``"asked"`` (the user's message asks to remember
-    — ``auto/patterns/remember.yaml``, the most explicit thing a user can say); None when a memory
-    write succeeded since the user's last message, or neither holds."""
+    """Why the turn's answer ``text`` needs a memory write it does not have: ``"asked"`` (the
+    user's message asks to remember — ``auto/patterns/remember.yaml``, the most explicit thing a
+    user can say — whatever the answer claims) or ``"claim"`` (it says something was saved or will
+    be remembered); None when a memory write succeeded since the user's last message, or neither
+    holds."""
     last_user = max((i for i, m in enumerate(messages) if getattr(m, "role", None) == "user"), default=-1)
-    if last_user < 0 or getattr(messages[last_user], "content", None) in (NUDGE, NUDGE_ASKED):
+    if last_user < 0 or getattr(messages[last_user], "content", None) in (NUDGE, save_ask.ASK):
         return None
     for message in messages[last_user + 1:]:
         if getattr(message, "role", None) == "tool" and getattr(message, "tool_name", None) in WRITE_TOOLS \
                 and not str(getattr(message, "content", "")).startswith(("Error", "Already tried")):
             return None
-    if _CLAIM.search(text):
-        return "claim"
     said = strip_injected(content_text(getattr(messages[last_user], "content", None)))
     remember = default_patterns().sets.get("remember")
-    return "asked" if remember is not None and remember.search(said) else None
+    if remember is not None and remember.search(said):
+        return "asked"
+    return "claim" if _CLAIM.search(text) else None
 
 
 def unbacked_claim(text: str, messages: list[Any]) -> bool:
     """Whether ``text`` claims a save that no memory write since the user's last message backs."""
-    return bool(_CLAIM.search(text)) and unbacked(text, messages) == "claim"
+    return bool(_CLAIM.search(text)) and unbacked(text, messages) is not None
+
+
+def _words_request(response: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+                   ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The request asking again in words (``NUDGE``): the same tools, the claim and the nudge added."""
+    from agno.models.message import Message
+
+    extra = [Message(role="assistant", content=response.content), Message(role="user", content=NUDGE)]
+    return _with(args, kwargs, 0, "messages", [*_messages(args, kwargs), *extra])
+
+
+def _asked_for_memory(request: tuple[tuple[Any, ...], dict[str, Any]]) -> bool:
+    """Whether ``request`` is the structured ask for a memory (``save_ask.ASK``)."""
+    return getattr(_messages(*request)[-1], "content", None) == save_ask.ASK
+
+
+def _without_claim(response: Any) -> Any:
+    """``response`` with what is true said after its unbacked claim (no ask again brought a save
+    or another answer): the answer itself may hold what the user needs, so nothing is cut."""
+    response.content = f"{response.content.rstrip()}\n\n{CLAIM_WITHDRAWN}"
+    return response
+
+
+#: Said after an answer claiming a save when nothing was saved and no other answer came.
+CLAIM_WITHDRAWN = "(Memory note: nothing was saved to memory in this turn.)"
+
+
+def _with(args: tuple[Any, ...], kwargs: dict[str, Any], position: int, name: str, value: Any
+          ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``invoke``'s arguments with one parameter replaced, wherever the caller passed it."""
+    if name in kwargs or len(args) <= position:
+        return args, {**kwargs, name: value}
+    return (*args[:position], value, *args[position + 1:]), kwargs
 
 
 def _last_user_id(messages: list[Any]) -> str | None:
@@ -398,4 +471,4 @@ def _call_dict(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
     return {"id": _call_id(), "type": "function", "function": {"name": name, "arguments": _dump(arguments)}}
 
 
-__all__ = ["NUDGE", "NUDGE_ASKED", "TextCallStats", "TextToolCalls", "unbacked", "unbacked_claim"]
+__all__ = ["NUDGE", "TextCallStats", "TextToolCalls", "unbacked", "unbacked_claim"]

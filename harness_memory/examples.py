@@ -33,13 +33,23 @@ EXAMPLE_INTRO = ("An EXAMPLE about a made-up user — it shows the format only. 
                  "description and text from what THIS user said; text copied from the example is refused:")
 
 #: Examples in the texts of other parts we send a model — the tools' descriptions
-#: (``tools.py``: search_memories' query example) and the session summary template's title line
-#: (``session/summary.py``). Kept here as data, since this module sits below both; a test reads
-#: every tool description and template actually sent and checks each example in it is refused.
+#: (``tools.py``: search_memories' query example), the session summary template's title line
+#: (``session/summary.py``) and the field words of the structured memory ask (``save_ask.py``).
+#: Kept here as data, since this module sits below them; tests read every tool description,
+#: template and ask actually sent and check each example in it is refused.
 SENT_EXAMPLES = (
     "staging database password rotation",
     "<a distinctive 5-10 word title of the session>",
     "a distinctive 5-10 word title of the session",
+    # the structured ask for a memory the user asked to keep (``save_ask.ASK``)
+    "a short title",
+    "one line saying what it holds",
+    "what I asked you to keep, in your own words, with the reason when I gave one",
+    "what I asked you to keep, in your own words",
+    "who I am",
+    "how I want you to work",
+    "facts about the work",
+    "where to find things",
 )
 
 #: Phrases of our own tool answers and error messages: a text holding one is a tool answer echoed

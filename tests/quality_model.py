@@ -195,3 +195,24 @@ class InventingModel(GoodModel):
         parsed["newFacts"].append({"content": "Uses RDataFrame for analysis", "category": "knowledge",
                                    "confidence": 0.9})
         return text(json.dumps(parsed, ensure_ascii=False), **_usage("extraction"))
+
+
+class WanderingModel(GoodModel):
+    """Saves what nobody asked to keep (the 1.5B model stored its own deploy-script steps as a
+    project memory when asked to write a script) and, asked to remember a correction, saves the
+    rejected tool."""
+
+    def agent(self, req: RecordedRequest) -> Answer:
+        last = req.messages[-1]
+        said = req.last_user_text()
+        if last.get("role") != "tool" and not _REMEMBER.search(said) and "?" not in said and "？" not in said:
+            content = ("---\nname: Deployment Script\ndescription: A script to deploy a new application.\n"
+                       "type: project\n---\n\n- Pull the latest code\n- Build\n- Deploy\n")
+            return tool_calls([("save_file", {"file_name": "project_deploy_script.md", "content": content})],
+                              **_usage("agent"))
+        if last.get("role") != "tool" and _REMEMBER.search(said) and "Polars" in said:
+            content = ("---\nname: Dataframes\ndescription: Uses pandas for dataframes\ntype: feedback\n---\n\n"
+                       "Load CSV files with pandas.\n")
+            return tool_calls([("save_file", {"file_name": "feedback_dataframes.md", "content": content})],
+                              **_usage("agent"))
+        return super().agent(req)

@@ -10,8 +10,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from harness_memory.auto import AutoMemory, Category
+from harness_memory.auto.doubt import contradicts_user
 from harness_memory.auto.prompt import PLACEHOLDERS, example_answer, system_prompt
 from harness_memory.config import MemoryConfig
 from harness_memory.services import MemoryServices
@@ -160,3 +163,59 @@ def test_task_scoped_facts_stay_out_of_user_memory(auto: AutoMemory, llm_server:
          " The login test is flaky.", "OK."))
     assert contents(auto) == ["Packages Python projects with Poetry"]
     assert auto.rejections["task_scope"] == 3 and auto.rejections["upload"] == 1
+
+
+# -- a fact that puts forward what the user has just rejected (issue #30, correction_en) ----------
+_NAMES = st.from_regex(r"[A-Z][a-z]{2,8}|[a-z]{3,9}|[A-Z]{2,5}", fullmatch=True)
+_USER_SAYS_NO = ("No, don't use {bad} for this — use {good}. Remember that.", "Stop using {bad}; use {good} instead.",
+                 "Never use {bad}. Use {good}.", "Use {good}, not {bad}.", "Please use {good} instead of {bad}.",
+                 "不要用 {bad}，改用 {good}。请记住。", "别用 {bad}，用 {good}。", "以后不许用 {bad}，改用 {good}。")
+_PUTS_FORWARD = ("Uses {bad} to load CSV files", "Computes the mean with {bad}", "Prefers {bad} for dataframes",
+                 "Use {bad} for the dataframe library", "Always use {bad}", "The team deploys with {bad}",
+                 "部署使用 {bad}", "喜欢用 {bad} 处理数据", "Loads data with {bad}.read_csv")
+_NAMES_TO_AVOID = ("Prefers {good} over {bad}", "Use {good} instead of {bad}", "Never use {bad}; use {good}",
+                   "Always use {good} for dataframes, not {bad} or NumPy", "Switched from {bad} to {good}",
+                   "{bad} is replaced by {good}", "{good}, not {bad}", "Does not want {bad}",
+                   "User rejects {bad}", "Uses {good} rather than {bad}", "团队用 {good} 替代 {bad}",
+                   "{bad} 换成 {good}", "只用 {good}，不用 {bad}", "不要用 {bad} 和 Travis，用 {good}",
+                   "Wants {good}, never {bad}")
+
+
+@settings(max_examples=200, deadline=None)
+@given(_NAMES, _NAMES, st.sampled_from(_USER_SAYS_NO), st.sampled_from(_PUTS_FORWARD),
+       st.sampled_from(_NAMES_TO_AVOID))
+def test_a_fact_putting_forward_what_the_user_rejected_is_found(
+        bad: str, good: str, said: str, forward: str, avoid: str) -> None:
+    assume(bad.casefold() != good.casefold() and bad.casefold() not in good.casefold()
+           and good.casefold() not in bad.casefold() and bad.casefold() not in _STOPWORDS)
+    user = ["Load this CSV and give me the mean.", said.format(bad=bad, good=good)]
+    assert contradicts_user(forward.format(bad=bad, good=good), user) == {bad.casefold()}
+    assert contradicts_user(avoid.format(bad=bad, good=good), user) == set()
+    assert contradicts_user(f"Prefers {good} for dataframes", user) == set()
+    # the user said both at some point ("use X" later): no longer rejected, nothing is found
+    assert contradicts_user(forward.format(bad=bad, good=good), [*user, f"OK, actually use {bad} again."]) == set()
+
+
+_STOPWORDS = frozenset({"not", "use", "and", "the", "for", "never", "stop", "instead", "over", "than", "from", "with",
+                        "using", "only", "always", "don", "this", "data", "csv", "load", "mean", "give", "please",
+                        "remember", "that", "rather", "team", "travis", "numpy", "wants", "user", "rejects", "does",
+                        "want", "uses", "prefers", "computes", "deploys", "loads", "read", "switched", "replaced",
+                        "files", "library", "dataframe", "dataframes", "again", "actually"})
+
+
+def test_a_plain_fact_contradicting_the_users_correction_is_refused(auto: AutoMemory, llm_server: ScriptedLLM
+                                                                    ) -> None:
+    """What the 1.5B model proposed beside the assistant's pandas code: not labelled a correction,
+    most of its words the user's — refused whatever its category; the right fact is kept."""
+    learn(auto, llm_server, {"newFacts": [
+        {"content": "Uses pandas to load the CSV and compute the mean of the price column", "category": "knowledge",
+         "confidence": 0.9, "evidence": "Load this CSV and give me the mean of the price column."},
+        {"content": "Prefers pandas for dataframes", "category": "preference", "confidence": 0.9},
+        {"content": "Always use Polars for dataframes, not pandas", "category": "correction", "confidence": 0.9,
+         "sourceError": "used pandas", "evidence": "I always want Polars for dataframes"}]},
+        ("Load this CSV and give me the mean of the price column.",
+         "import pandas as pd\ndf = pd.read_csv('data.csv')\nprint(df['price'].mean())"),
+        ("No, don't use pandas for this — use Polars. I always want Polars for dataframes. Remember that.",
+         "import polars as pl\nprint(pl.read_csv('data.csv')['price'].mean())"))
+    assert contents(auto) == ["Always use Polars for dataframes, not pandas"]
+    assert auto.rejections["contradicts_user"] == 2

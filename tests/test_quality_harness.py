@@ -19,7 +19,7 @@ from bench.quality.run import Harness, Report, correction_is_wrong, render_markd
 from bench.quality.scenarios import BY_KEY, SCENARIOS
 from harness_memory.config import MemoryConfig
 from tests.fakellm import ScriptedLLM
-from tests.quality_model import USAGE, EchoModel, FailingModel, GoodModel, InventingModel
+from tests.quality_model import USAGE, EchoModel, FailingModel, GoodModel, InventingModel, WanderingModel
 
 SLOW = 1.2  # seconds the failing model takes where it is slow; the timeouts below are shorter
 TIMEOUT = 0.5
@@ -167,3 +167,16 @@ def test_text_calls_are_recovered_and_reported_per_scenario(run_with: Callable[.
     assert by["role_zh"].save_calls == 2 and not by["role_zh"].no_tool_call and not by["role_zh"].saved_valid
     assert (by["role_en"].text_calls_recovered, by["role_en"].text_calls_rejected) == (0, 0)
     assert "| role_zh |" in render_markdown(report) and report.totals()["text_calls_recovered"] == 1
+
+
+def test_a_save_counts_only_when_it_holds_the_fact(run_with: Callable[..., Report]) -> None:
+    """correction_zh was counted "saved" for a memory of the assistant's own deploy steps: a save
+    counts only when it holds the scenario's fact; other saves are reported, and a saved memory
+    putting forward what the user rejected is a failure that reached memory."""
+    report = run_with(WanderingModel(), ("correction_en", "correction_zh"))
+    by = {r.key: r for r in report.results}
+    assert by["correction_en"].saves_off_fact == 1 and by["correction_en"].wrong_saves_stored == 1
+    assert not by["correction_en"].saved_valid
+    assert by["correction_zh"].saved_valid and by["correction_zh"].saves_off_fact == 1
+    assert report.failures()["wrong_saves_stored"] == 1
+    assert "| correction_en | no | 1/1 |" in render_markdown(report)

@@ -17,8 +17,9 @@ import pytest
 from agno.agent import Agent
 from agno.models.message import Message
 
+from harness_memory import save_ask
 from harness_memory.agent_model import make_agent_model
-from harness_memory.agent_model_text import NUDGE, NUDGE_ASKED, unbacked, unbacked_claim
+from harness_memory.agent_model_text import NUDGE, unbacked, unbacked_claim
 from harness_memory.config import ModelConfig
 from harness_memory.services import MemoryServices
 from tests.fakellm import ScriptedLLM, text, tool_calls
@@ -52,7 +53,7 @@ def test_an_unbacked_claim_is_asked_again_and_the_call_runs(services: MemoryServ
                                                            claim: str, mode: str) -> None:
     llm_server.script(text(claim), text(SAVE_TEXT), text("Saved: you prefer Polars."))
     a = agent(services, llm_server)
-    out = a.run("I prefer polars, remember it") if mode == "run" else asyncio.run(a.arun("I prefer polars, remember"))
+    out = a.run("I prefer polars") if mode == "run" else asyncio.run(a.arun("I prefer polars"))
     assert out.content == "Saved: you prefer Polars."
     assert len(llm_server.chat_requests) == 3 and last_user(llm_server, 1) == NUDGE
     assert services.user_agent_dir("u1").read("user_polars.md").text == GOOD
@@ -127,16 +128,83 @@ def test_a_model_that_keeps_claiming_after_the_nudge_is_not_asked_again(services
 
 
 # -- the user asked to remember, and nothing was saved ------------------------------------------------
-@pytest.mark.parametrize("said", ["I use Polars, not pandas. Please remember that.", "请记住：我用 polars。",
-                                  "Don't forget: I use polars."])
-def test_a_remember_request_with_no_save_is_asked_once(services: MemoryServices, llm_server: ScriptedLLM,
-                                                       said: str) -> None:
-    """The 1.5B model answered "Sure, I'll use Polars." to "…remember that" and saved nothing (no
-    claim to catch): the user's explicit request is itself the reason to ask once more."""
-    llm_server.script(text("Sure, Polars it is."), text(SAVE_TEXT), text("Saved: you prefer Polars."))
-    out = agent(services, llm_server).run(said)
-    assert out.content == "Saved: you prefer Polars." and last_user(llm_server, 1) == NUDGE_ASKED
-    assert services.user_agent_dir("u1").read("user_polars.md").text == GOOD
+MEMORY = {"type": "user", "name": "Prefers Polars", "description": "Uses Polars for dataframes, not pandas",
+          "text": "Always use Polars for dataframes; never pandas."}
+
+
+@pytest.mark.parametrize("mode", ["run", "arun"])
+@pytest.mark.parametrize(("said", "first"), [
+    ("I use Polars, not pandas. Please remember that.", "Sure, Polars it is."),
+    ("请记住：我用 polars。", "好的，我已经记住了。"),  # a claim too: the request decides how to ask
+    ("Don't forget: I use polars.", "Understood. Here is the Polars code."),
+])
+def test_a_remember_request_with_no_save_asks_for_the_memory_as_data(services: MemoryServices,
+                                                                     llm_server: ScriptedLLM, said: str, first: str,
+                                                                     mode: str) -> None:
+    """The 1.5B model answered "…remember that" in words and saved nothing, and answered a second
+    request in words with more words (bench/QUALITY.md): the memory is asked for under a JSON
+    schema the server enforces, and runs as an ordinary save_file call."""
+    llm_server.script(text(first), text(json.dumps(MEMORY)), text("Saved: you prefer Polars."))
+    a = agent(services, llm_server)
+    out = a.run(said) if mode == "run" else asyncio.run(a.arun(said))
+    assert out.content == "Saved: you prefer Polars." and len(llm_server.chat_requests) == 3
+    ask = llm_server.chat_requests[1].body
+    assert ask["response_format"] == save_ask.RESPONSE_FORMAT and not ask.get("tools") and "tool_choice" not in ask
+    assert last_user(llm_server, 1) == save_ask.ASK
+    assert llm_server.chat_requests[1].messages[-2] == {"role": "assistant", "content": first}
+    stored = services.user_agent_dir("u1").read("user_prefers_polars.md").text
+    assert stored == ("---\nname: Prefers Polars\ndescription: Uses Polars for dataframes, not pandas\ntype: user\n"
+                      "---\n\nAlways use Polars for dataframes; never pandas.\n")
+    tool_results = [m for m in out.messages or [] if m.role == "tool"]
+    assert len(tool_results) == 1 and "user_prefers_polars.md" in str(tool_results[0].content)
+    assert first not in str(out.content) and a.model.text_call_stats.claims == {  # type: ignore[union-attr]
+        "nudged": 1, "called": 1}
+    assert all(m.content != save_ask.ASK for m in out.messages or []), "the ask is not kept in the session"
+
+
+@pytest.mark.parametrize("answer", [
+    "Sure, I will remember that you use Polars.",  # prose: a server that ignores response_format
+    '{"type": "user", "name": "Polars"',  # cut off
+    json.dumps({**MEMORY, "type": "preference"}),  # not one of the four types
+    json.dumps({**MEMORY, "text": "   "}),  # a field empty
+    json.dumps({k: v for k, v in MEMORY.items() if k != "description"}),  # a field missing
+    json.dumps([MEMORY]),
+])
+def test_an_answer_that_is_not_a_memory_saves_nothing_and_keeps_the_first_answer(
+        services: MemoryServices, llm_server: ScriptedLLM, answer: str) -> None:
+    llm_server.script(text("Sure, Polars it is."), text(answer))
+    out = agent(services, llm_server).run("I use polars. Remember that.")
+    assert out.content == "Sure, Polars it is." and len(llm_server.chat_requests) == 2
+    assert services.user_agent_dir("u1").list_entries() == []
+
+
+@pytest.mark.parametrize("memory", [
+    {**MEMORY, "text": "..."},  # a placeholder
+    {"type": "user", "name": "A short title", "description": "One line saying what it holds",
+     "text": "What I asked you to keep, in your own words"},  # the ask's own words handed back
+])
+def test_a_memory_the_tools_refuse_is_never_stored(services: MemoryServices, llm_server: ScriptedLLM,
+                                                   memory: dict[str, str]) -> None:
+    """What the structured answer holds goes through every check of save_file: the tool refuses,
+    the model sees why, and the user gets its next answer."""
+    llm_server.script(text("Sure, Polars it is."), text(json.dumps(memory)), text("I could not save that."))
+    out = agent(services, llm_server).run("I use polars. Remember that.")
+    assert out.content == "I could not save that." and services.user_agent_dir("u1").list_entries() == []
+    [result] = [m for m in out.messages or [] if m.role == "tool"]
+    assert "Nothing was saved" in str(result.content)
+
+
+@pytest.mark.parametrize(("type_", "name", "expected"), [
+    ("user", "Prefers Polars", "user_prefers_polars.md"),
+    ("feedback", "团队只用 GitLab CI", "feedback_团队只用_gitlab_ci.md"),
+    ("project", "  ", "project_note.md"),
+    ("reference", "Grafana: on-call dashboard (p99) / latency!", "reference_grafana_on_call_dashboard_p99_latency.md"),
+    ("user", "a" * 60, "user_note.md"),
+    ("project", "Atlas code freeze starts March 3 for the whole payments team",
+     "project_atlas_code_freeze_starts_march_3_for_the.md"),
+])
+def test_the_file_name_comes_from_the_type_and_the_name(type_: str, name: str, expected: str) -> None:
+    assert save_ask.file_name(type_, name) == expected
 
 
 def test_a_remember_request_answered_in_words_again_keeps_the_first_answer(services: MemoryServices,
@@ -174,3 +242,40 @@ def test_a_failing_second_ask_keeps_the_first_answer(services: MemoryServices, l
     a, said = agent(services, llm_server), "I use polars. Remember that."
     out = a.run(said) if mode == "run" else asyncio.run(a.arun(said))
     assert out.content == "Sure, Polars it is."
+
+
+def test_every_field_phrase_of_the_ask_is_a_known_example() -> None:
+    """The copy check covers every text we send a model: each phrase the ask uses to describe a
+    field is refused as a memory unless the user said it."""
+    import re
+
+    from harness_memory.examples import copied_example
+
+    for phrase in re.findall(r"\(([^()]*)\)", save_ask.ASK):
+        for part in phrase.split(";"):
+            words = part.split(":")[-1].strip()
+            assert copied_example(words), words
+
+
+@pytest.mark.parametrize("mode", ["run", "arun"])
+def test_a_claim_is_never_shown_bare_when_the_memory_did_not_come(services: MemoryServices,
+                                                                   llm_server: ScriptedLLM, mode: str) -> None:
+    """The user asked to remember, the answer claims a save, the structured ask brings no memory:
+    asked in words, the model's honest answer replaces the claim; if that fails too, the claim is
+    followed by what is true — nothing of the answer is cut."""
+    from harness_memory.agent_model_text import CLAIM_WITHDRAWN
+    from tests.fakellm import error
+
+    said = "I use polars. Remember that."
+    llm_server.script(text("好的，我已经记住了。"), text("not json"), text("I could not save it."))
+    a = agent(services, llm_server)
+    out = a.run(said) if mode == "run" else asyncio.run(a.arun(said))
+    assert out.content == "I could not save it." and len(llm_server.chat_requests) == 3
+    assert last_user(llm_server, 1) == save_ask.ASK and last_user(llm_server, 2) == NUDGE
+
+    llm_server.clear()
+    llm_server.script(text("Here is the Polars code. I've saved your preference."), *[error(400, "bad")] * 6)
+    a = agent(services, llm_server)
+    out = a.run(said) if mode == "run" else asyncio.run(a.arun(said))
+    assert out.content == f"Here is the Polars code. I've saved your preference.\n\n{CLAIM_WITHDRAWN}"
+    assert services.user_agent_dir("u1").list_entries() == []

@@ -69,7 +69,9 @@ class ScenarioResult:
     remember_asked: bool
     save_calls: int = 0
     no_tool_call: bool = False
-    saved_valid: bool = False
+    saved_valid: bool = False  # a memory saved through the tools that holds the scenario's fact
+    saves_off_fact: int = 0  # valid memories saved through the tools that do not hold it
+    wrong_saves_stored: int = 0  # saved memories putting forward what the user said not to use
     description_faithful: bool = False
     placeholder_saves_proposed: int = 0
     placeholder_saves_stored: int = 0
@@ -125,6 +127,8 @@ class Report:
             "saved_valid": sum(x.saved_valid for x in remember),
             "no_tool_call": sum(x.no_tool_call for x in remember),
             "description_faithful": sum(x.description_faithful for x in remember),
+            "saves_off_fact": sum(x.saves_off_fact for x in r),
+            "wrong_saves_stored": sum(x.wrong_saves_stored for x in r),
             "placeholder_saves_proposed": sum(x.placeholder_saves_proposed for x in r),
             "placeholder_saves_stored": sum(x.placeholder_saves_stored for x in r),
             "used_next_session": sum(x.used_next_session for x in r),
@@ -153,8 +157,9 @@ class Report:
     def failures(self) -> dict[str, int]:
         """The counts the acceptance wants at 0 on any model (what reached memory)."""
         t = self.totals()
-        return {k: int(t[k]) for k in ("placeholder_saves_stored", "placeholder_facts_stored", "summaries_lost",
-                                       "wrong_corrections_stored", "facts_wrongly_removed")}
+        return {k: int(t[k]) for k in ("placeholder_saves_stored", "wrong_saves_stored", "placeholder_facts_stored",
+                                       "summaries_lost", "wrong_corrections_stored", "facts_wrongly_removed",
+                                       "unsupported_facts_stored")}
 
     def call_stats(self) -> dict[str, dict[str, float]]:
         """Per purpose: calls, client timeouts, mean/max seconds, mean prompt and completion tokens."""
@@ -373,6 +378,13 @@ class Harness:
             if copied_example(memory.description) or copied_example(memory.body):
                 res.placeholder_saves_stored += 1
                 continue
+            whole = f"{memory.name}\n{memory.description}\n{memory.body}"
+            if s.correction is not None and _touches_correction(whole, s) and correction_is_wrong(whole, s):
+                res.wrong_saves_stored += 1
+                continue
+            if not s.has_fact(whole):  # a save, but not of what the user asked to keep
+                res.saves_off_fact += 1
+                continue
             res.saved_valid = True
             if s.words_found(memory.description) > 0:  # the one line says something of the fact
                 res.description_faithful = True
@@ -460,7 +472,8 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-COLUMNS = (("saved_valid", "saved"), ("no_tool_call", "no tool call"), ("description_faithful", "desc. faithful"),
+COLUMNS = (("saved_valid", "saved the fact"), ("saves_off_fact", "saves off fact / wrong"),
+           ("no_tool_call", "no tool call"), ("description_faithful", "desc. faithful"),
            ("placeholder_saves_proposed", "placeholder saves proposed/stored"),
            ("used_next_session", "used next session"), ("read_calls", "reads"),
            ("summary_made", "summary"), ("summary_facts", "summary facts"),
@@ -492,6 +505,8 @@ def render_markdown(report: Report, *, note: str = "") -> str:
                 cells.append(f"{r.wrong_removals_proposed}/{r.facts_wrongly_removed}")
             elif key == "unsupported_facts_proposed":
                 cells.append(f"{r.unsupported_facts_proposed}/{r.unsupported_facts_stored}")
+            elif key == "saves_off_fact":
+                cells.append(f"{r.saves_off_fact}/{r.wrong_saves_stored}")
             elif key == "text_calls_recovered":
                 cells.append(f"{r.text_calls_recovered}/{r.text_calls_rejected}")
             elif key == "summary_facts":

@@ -36,7 +36,15 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
-from .doubt import Evidence, mistake_text, reversed_correction, says_something, task_scope_label, terms
+from .doubt import (
+    Evidence,
+    contradicts_user,
+    mistake_text,
+    reversed_correction,
+    says_something,
+    task_scope_label,
+    terms,
+)
 from .lifecycle import expiry_for, is_expired, paraphrase_key, to_evict
 from .model import MAX_FACT_CHARS, MAX_SECTION_CHARS, MAX_SOURCE_ERROR_CHARS, Category, Fact, clean_section, one_line
 from .plan import (
@@ -120,6 +128,9 @@ def prepare_fact(proposed: NewFact, threshold: float, ctx: ApplyContext | None, 
             return None
         if is_correction and reversed_correction(content, ctx.conversation.user):
             report.reject("correction_reversed", content)
+            return None
+        if contradicts_user(content, ctx.conversation.user):  # any category: "Uses pandas" after "don't use pandas"
+            report.reject("contradicts_user", content)
             return None
         if is_correction:
             error = mistake_text(content, error)

@@ -210,6 +210,58 @@ def reversed_correction(content: str, user_texts: Iterable[str]) -> bool:
     return bool(fact_want & avoid) and not (fact_want & want)
 
 
+# Words that put a name on the side of what to avoid: said just before it ("not pandas", "instead of
+# Jenkins", "over pandas", "switched from pandas", "不要用 Jenkins", "替代 Jenkins") or just after it
+# ("pandas is replaced", "Jenkins 换成 GitLab CI", "Jenkins 已弃用").
+_AVOID_BEFORE = re.compile(
+    r"(?:\b(?:don'?t|do\s+not|does\s+not|doesn'?t|not|never|no|stop|avoid|avoids|avoiding|instead\s+of|rather\s+than|"
+    r"over|than|without|against|dislikes?|hates?|from|replac(?:e|es|ed|ing)|drop(?:s|ped)?|ditch(?:es|ed)?|"
+    r"except|unlike|vs\.?|versus|rejects?|rejected|refuses?|refused|bans?|banned|forbids?|forbidden|disallows?)|n't|"
+    r"不要用|不要|别用|别|不用|不再用|不再|而不是|不是|禁止|不许|代替|替代|取代|替换|弃用|放弃|除了|而非|非|拒绝|不喜欢|讨厌)"
+    r"[\s\W]*(?:(?:to|use|using|used|want|wants|like|likes|need|needs|recommend|suggest|the|a|an|any|"
+    r"用|使用|喜欢|想用|要用|再)[\s\W]*){0,3}$", re.IGNORECASE)
+_AVOID_AFTER = re.compile(
+    r"^[\s\W]*(?:(?:is|was|are|were|gets?|got|has\s+been|should\s+be|must\s+be)\s+)?(?:replaced|dropped|"
+    r"deprecated|banned|forbidden|not\b|no\s+longer|换成|改成|改为|改用|替换为|换为|已弃用|弃用|不用|不再用|被替换|"
+    r"被取代)|^\s*(?:→|->|=>)", re.IGNORECASE)
+
+
+def contradicts_user(content: str, user_texts: Iterable[str]) -> set[str]:
+    """The names the user said NOT to use (and never said to use) that ``content`` puts forward:
+    a mention not governed by an avoiding word next to it.
+
+    Why: a weak model, shown "don't use pandas — use Polars" beside the assistant's pandas code,
+    proposes "Uses pandas to load CSV files" as a plain fact (no correction label, most of its words
+    the user's). Whatever its category, a fact that recommends what the user has just rejected in
+    this very conversation contradicts them; "Prefers Polars over pandas" names it only to avoid it."""
+    want, avoid = user_directions(user_texts)
+    rejected = avoid - want
+    if not rejected:
+        return set()
+    found: set[str] = set()
+    for name in rejected:
+        for match in re.finditer(r"(?<![\w.+#-])" + re.escape(name) + r"(?![\w+#-])", content, re.IGNORECASE):
+            before = content[max(0, match.start() - 30) : match.start()]
+            after = content[match.end() : match.end() + 30]
+            if not (_AVOID_BEFORE.search(before) or _AVOID_AFTER.search(after) or _listed_with_avoided(before)):
+                found.add(name)
+                break
+    return found
+
+
+_JOINER = r"(?:,|、|，|\bor\b|\band\b|\bnor\b|或|和|与|或者)"
+
+
+def _listed_with_avoided(before: str) -> bool:
+    """"not pandas or NumPy", "不要用 Jenkins 和 Travis": the avoiding word governs a short list."""
+    tail = re.split(r"[.;:!?。；：！？]", before)[-1]
+    head = re.sub(r"(?:\s*" + _JOINER + r"\s*[\w.+#-]+)*[\s,、，]*" + _JOINER + r"\s*$", "", tail, flags=re.IGNORECASE)
+    if head == tail:
+        return False
+    head = re.sub(r"[\w.+#-]+\s*$", "", head)
+    return bool(_AVOID_BEFORE.search(head))
+
+
 def task_scope_label(scope: object) -> bool:
     """Whether the model labelled a fact as belonging to the task/session, not the user."""
     return isinstance(scope, str) and scope.strip().lower() in TASK_SCOPES

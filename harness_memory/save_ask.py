@@ -1,0 +1,78 @@
+"""Asking a small model for the memory the user asked it to keep, as data the server must shape.
+
+Why: when the user says "remember that" / "请记住" and a small local model answers in words with
+no call (issue #30: correction_en, correction_zh, preference_zh made no save even when told so in
+words), the second ask is not another request in prose. It asks for the memory itself under a JSON
+schema (``response_format: json_schema``), which llama.cpp, Ollama, vLLM and OpenAI enforce with
+a grammar: the answer is a memory's four fields, never prose, never a half-written call.
+
+What comes back is only turned into an ordinary ``save_file`` call; every check the tool makes
+(frontmatter, examples copied, placeholders, the user's own words, size) still decides. Nothing
+here writes anything, and nothing from the answer is shown to the user.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from .memdir.model import MemoryType, compose_memory
+
+#: The user turn of the structured ask: what to write, no example text a model could copy.
+ASK = ("Memory check: I asked you to remember something, and no memory tool succeeded after my message, "
+       "so nothing was saved. Write the memory to keep now, as JSON: \"type\" (user: who I am; feedback: how "
+       "I want you to work; project: facts about the work; reference: where to find things), \"name\" (a "
+       "short title), \"description\" (one line saying what it holds) and \"text\" (what I asked you to keep, "
+       "in your own words, with the reason when I gave one). Do not save secrets.")
+
+_TYPES = [t.value for t in MemoryType]
+#: The shape the server must hold the answer to.
+SCHEMA: dict[str, Any] = {  # no length bounds: OpenAI's strict mode refuses them; the tools bound sizes
+    "type": "object",
+    "properties": {"type": {"type": "string", "enum": _TYPES}, "name": {"type": "string"},
+                   "description": {"type": "string"}, "text": {"type": "string"}},
+    "required": ["type", "name", "description", "text"],
+    "additionalProperties": False,
+}
+RESPONSE_FORMAT: dict[str, Any] = {"type": "json_schema",
+                                   "json_schema": {"name": "memory", "schema": SCHEMA, "strict": True}}
+_SLUG_WORD = re.compile(r"[a-z0-9]+|[\u3400-\u9fff\uf900-\ufaff]+")
+_SLUG_CHARS = 40
+
+
+def save_arguments(answer: str | None) -> dict[str, str] | None:
+    """The ``save_file`` arguments the structured answer describes, or None when it is not such
+    an answer (prose, broken JSON, a field missing or empty, an unknown type): then nothing is
+    saved and the user gets the model's first answer."""
+    if not isinstance(answer, str):
+        return None
+    try:
+        data = json.loads(answer.strip())
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    fields = {k: data.get(k) for k in ("type", "name", "description", "text")}
+    if not all(isinstance(v, str) and v.strip() for v in fields.values()):
+        return None
+    type_ = str(fields["type"]).strip().lower()
+    if type_ not in _TYPES:
+        return None
+    name = " ".join(str(fields["name"]).split())
+    content = compose_memory(name, " ".join(str(fields["description"]).split()), type_,
+                             str(fields["text"]).strip() + "\n")
+    return {"file_name": file_name(type_, name), "content": content}
+
+
+def file_name(type_: str, name: str) -> str:
+    """``<type>_<words of the name>.md``: the type's prefix (which the tools read the type from)
+    and the name's words, lower-cased, ASCII and CJK kept, at most 40 characters."""
+    words = _SLUG_WORD.findall(name.casefold())
+    slug = ""
+    for word in words:
+        nxt = f"{slug}_{word}" if slug else word
+        if len(nxt) > _SLUG_CHARS:
+            break
+        slug = nxt
+    return f"{type_}_{slug or 'note'}.md"
