@@ -118,7 +118,7 @@ class TextToolCalls:
             return _without_claim(response)
         # The memory was asked for and did not come, and the first answer claims it was saved: that
         # claim is never shown as it is; asked in words, the model answers again (or makes the call).
-        words = _words_request(response, args, kwargs)
+        words = self._words_request(response, args, kwargs)
         try:
             again = super().invoke(*words[0], **words[1])  # type: ignore[misc]
         except Exception:
@@ -142,7 +142,7 @@ class TextToolCalls:
             return out
         if not _asked_for_memory(nudged):
             return _without_claim(response)
-        words = _words_request(response, args, kwargs)  # as in ``invoke``
+        words = self._words_request(response, args, kwargs)  # as in ``invoke``
         try:
             again = await super().ainvoke(*words[0], **words[1])  # type: ignore[misc]
         except Exception:
@@ -238,6 +238,14 @@ class TextToolCalls:
         args, kwargs = _with(args, kwargs, 3, "tools", None)
         args, kwargs = _with(args, kwargs, 4, "tool_choice", None)
         return _with(args, kwargs, 0, "messages", [*messages, *extra])
+
+    def _words_request(self, response: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+                       ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The ask in words after the structured ask brought no memory and the first answer claims
+        a save (counted as a second nudge)."""
+        if self.text_call_stats is not None:
+            self.text_call_stats.claim("nudged")
+        return _words_request(response, args, kwargs)
 
     def _after_nudge(self, again: Any, first: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """The answer to the nudge (``again``, None when that ask failed): a call (run as any other);
@@ -344,8 +352,6 @@ _CLAIM = re.compile(
     r"|\bsaved\s+(?:it|this|that|your)\b|^\W*(?:done|noted|saved|got it)\W*$"
     r"|(?:已经?|我会|会)(?:帮你|为你|给你)?(?:保存|记住|记下|记录|存储|储存|存好)|(?:记住|记下|保存|存好|记录)(?:了|啦)",
     re.IGNORECASE | re.MULTILINE)
-
-
 
 
 def unbacked(text: str, messages: list[Any]) -> str | None:

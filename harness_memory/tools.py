@@ -23,6 +23,7 @@ from typing import Any
 from agno.run.base import RunContext
 from agno.tools import Toolkit
 
+from .auto.doubt import contradicts_user
 from .errors import (
     AccessDenied,
     InvalidName,
@@ -109,12 +110,32 @@ def _filled_note(filled: dict[str, Any]) -> str:
             + "; filled in: " + "; ".join(parts) + ".")
 
 
-def user_words(run_context: RunContext | None) -> str:
-    """What the user wrote in this run's messages (history included), normalised for comparison."""
+def user_texts(run_context: RunContext | None) -> list[str]:
+    """The user's messages of this run (history included), without the blocks our own hooks put in
+    front of a message (a summary, recalled memories)."""
     messages = getattr(run_context, "messages", None) or []
-    # without the blocks our own hooks put in front of a message (a summary, recalled memories)
-    said = [strip_injected(content_text(m.content)) for m in messages if getattr(m, "role", None) == "user"]
-    return normalize_text("\n".join(said))
+    return [strip_injected(content_text(m.content)) for m in messages if getattr(m, "role", None) == "user"]
+
+
+def user_words(run_context: RunContext | None) -> str:
+    """What the user wrote in this run's messages, normalised for comparison."""
+    return normalize_text("\n".join(user_texts(run_context)))
+
+
+def refuse_contradicting(text: str, run_context: RunContext | None, *, what: str = "memory",
+                         tool: str = "save_file") -> None:
+    """Raise ``MemoryFormatError`` when ``text`` puts forward a name the user said NOT to use in
+    this run ("don't use pandas — use Polars") and never said to use (``auto.doubt.contradicts_user``).
+
+    Why: a small model, its own pandas code in view, saved "Load CSV files with pandas." right after
+    being corrected; auto memory already refuses such facts, and what the tools write is read back
+    in every later session just the same."""
+    names = sorted(contradicts_user(text, user_texts(run_context)))
+    if names:
+        raise MemoryFormatError(
+            f"the {what} puts forward {', '.join(names)}, which the user said not to use in this conversation. "
+            f"Nothing was {'saved' if tool == 'save_file' else 'changed'}. Write what the user asked for instead, "
+            f"then call {tool} again.")
 
 
 def copies_example(text: str, said: str = "", *, placeholders: bool = True) -> bool:
@@ -236,7 +257,10 @@ class MemoryTools(Toolkit):
         memdir, rel = self._route(file_name, write=True)
         content, quoted = quote_plain_values(content)  # description: Atlas: freeze on … -> quoted
         content, filled = fill_missing_fields(content, rel)  # project_x.md without `type:` -> type: project
-        refuse_copied_examples(parse_memory(content) if isinstance(content, str) else None, user_words(run_context))
+        memory = parse_memory(content) if isinstance(content, str) else None
+        refuse_copied_examples(memory, user_words(run_context))
+        if memory is not None:
+            refuse_contradicting(f"{memory.name}\n{memory.description}\n{memory.body}", run_context)
         result = memdir.save(rel, content)
         verb = "Created" if result.created else "Updated"
         note = _filled_note(filled)
@@ -333,6 +357,8 @@ class MemoryTools(Toolkit):
             raise MemoryFormatError(f"new_chunk {_short(new_chunk)} is copied from the example in your "
                                     "instructions, not something this user said. Nothing was changed; write "
                                     "the new text in your own words from the conversation.")
+        if isinstance(new_chunk, str):
+            refuse_contradicting(new_chunk, run_context, what="new_chunk", tool="replace_file_chunk")
         result = memdir.replace_chunk(rel, old_chunk, new_chunk)
         return f"Updated memory {file_name} ({result.entry.type}: {result.entry.description}). " \
             + _index_said(result.index_warning)

@@ -272,6 +272,7 @@ def test_a_claim_is_never_shown_bare_when_the_memory_did_not_come(services: Memo
     out = a.run(said) if mode == "run" else asyncio.run(a.arun(said))
     assert out.content == "I could not save it." and len(llm_server.chat_requests) == 3
     assert last_user(llm_server, 1) == save_ask.ASK and last_user(llm_server, 2) == NUDGE
+    assert a.model.text_call_stats.claims == {"nudged": 2, "answered": 2}  # type: ignore[union-attr]
 
     llm_server.clear()
     llm_server.script(text("Here is the Polars code. I've saved your preference."), *[error(400, "bad")] * 6)

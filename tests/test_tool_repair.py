@@ -258,3 +258,46 @@ def test_our_own_injected_blocks_are_not_the_users_words() -> None:
     assert copies_example(EXAMPLE_DESCRIPTION, user_words(ctx))
     ctx = RunContext(run_id="r", session_id="s", messages=[Message(role="user", content=EXAMPLE_DESCRIPTION)])
     assert not copies_example(EXAMPLE_DESCRIPTION, user_words(ctx))
+
+
+@pytest.mark.parametrize(("said", "content", "saved"), [
+    ("No, don't use pandas for this — use Polars. Remember that.",
+     "---\nname: Dataframes\ndescription: Dataframe library\ntype: feedback\n---\n\nLoad CSV files with pandas.\n",
+     False),
+    ("No, don't use pandas for this — use Polars. Remember that.",
+     "---\nname: Dataframes\ndescription: Use Polars, not pandas\ntype: feedback\n---\n\nAlways Polars for "
+     "dataframes; never pandas.\n", True),
+    ("不要用 Jenkins，改用 GitLab CI。请记住。",
+     "---\nname: CI\ndescription: 部署用 Jenkins\ntype: feedback\n---\n\n团队用 Jenkins 部署。\n", False),
+    ("不要用 Jenkins，改用 GitLab CI。请记住。",
+     "---\nname: CI\ndescription: 团队只用 GitLab CI\ntype: feedback\n---\n\n用 GitLab CI 替代 Jenkins。\n", True),
+    ("I use pandas at work. Remember that.",  # never rejected: nothing to contradict
+     "---\nname: Work tools\ndescription: Uses pandas at work\ntype: user\n---\n\nUses pandas at work.\n", True),
+])
+def test_a_save_putting_forward_what_the_user_rejected_is_refused(
+        services: MemoryServices, llm_server: ScriptedLLM, said: str, content: str, saved: bool) -> None:
+    """The 1.5B model, corrected ("don't use pandas — use Polars"), could still save its own pandas
+    code as the memory: what the tools write is read back in every later session, so a memory
+    putting forward what the user just rejected is refused with the reason, and nothing is saved."""
+    llm_server.script(tool_calls([("save_file", {"file_name": "feedback_tools.md", "content": content})]),
+                      text("ok"))
+    agent_for(services, llm_server).run(said)
+    answer = tool_answers(llm_server, 1)[-1]
+    assert answer.startswith("Created memory feedback_tools.md") is saved, answer
+    assert ("feedback_tools.md" in services.user_agent_dir("u1").manifest().entries) is saved
+    if not saved:
+        assert "which the user said not to use" in answer and "Nothing was saved" in answer
+
+
+def test_an_edit_putting_forward_what_the_user_rejected_changes_nothing(services: MemoryServices,
+                                                                        llm_server: ScriptedLLM) -> None:
+    place = services.user_agent_dir("u1")
+    place.save("feedback_tools.md", "---\nname: Tools\ndescription: Dataframes\ntype: feedback\n---\n\nUse Polars.\n")
+    before = place.read("feedback_tools.md").text
+    llm_server.script(tool_calls([("replace_file_chunk", {"file_name": "feedback_tools.md",
+                                                          "old_chunk": "Use Polars.", "new_chunk": "Use pandas."})]),
+                      text("ok"))
+    agent_for(services, llm_server).run("Don't use pandas, use Polars.")
+    answer = tool_answers(llm_server, 1)[-1]
+    assert "which the user said not to use" in answer and "Nothing was changed" in answer
+    assert place.read("feedback_tools.md").text == before
