@@ -161,6 +161,17 @@ class TextToolCalls:
         for delta in stream:
             yield held.pass_on(delta)
         yield from self._finish(held)
+        why = self._unbacked_stream(held, args, kwargs)
+        if why == "asked":
+            request = _memory_request(held.text, args, kwargs)
+            try:
+                again = super().invoke(*request[0], **request[1])  # type: ignore[misc]
+            except Exception:
+                log.warning("asking the model for an unsaved memory failed", exc_info=True)
+                again = None
+            yield from self._stream_answer(held, again)
+        elif why == "claim":
+            yield from self._stream_answer(held, None)
 
     async def ainvoke_stream(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
         stream = super().ainvoke_stream(*args, **kwargs)  # type: ignore[misc]
@@ -174,6 +185,17 @@ class TextToolCalls:
             yield held.pass_on(delta)
         for last in self._finish(held):
             yield last
+        why = self._unbacked_stream(held, args, kwargs)  # as in ``invoke_stream``
+        again = None
+        if why == "asked":
+            request = _memory_request(held.text, args, kwargs)
+            try:
+                again = await super().ainvoke(*request[0], **request[1])  # type: ignore[misc]
+            except Exception:
+                log.warning("asking the model for an unsaved memory failed", exc_info=True)
+        if why is not None:
+            for last in self._stream_answer(held, again):
+                yield last
 
     # -- helpers ------------------------------------------------------------------------------
     def _tools_if_on(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[dict[str, Any]] | None:
@@ -209,8 +231,8 @@ class TextToolCalls:
         the user asked to remember, words were not enough (the 1.5B model answered the words with
         more words): the memory itself is asked for as data under a JSON schema (``save_ask``) and
         becomes an ordinary ``save_file`` call. Once per turn; only with ``text_tool_calls`` on (the
-        small-model mode) and when the request offers ``save_file``; never while streaming (the
-        claim is already on screen)."""
+        small-model mode) and when the request offers ``save_file``. While streaming the answer is
+        already on screen: see ``_unbacked_stream``."""
         tools = self._tools_if_on(args, kwargs)
         if tools is None or getattr(response, "tool_calls", None) or not isinstance(response.content, str):
             return None
@@ -229,15 +251,34 @@ class TextToolCalls:
                  "the model said it saved something" if why == "claim" else "the user asked to remember something")
         if why != "asked":
             return _words_request(response, args, kwargs)
-        # The user asked to remember: the memory itself is asked for, shaped by a JSON schema the
-        # server enforces (``save_ask``); no tools in that request, so the answer is the memory.
-        from agno.models.message import Message  # agno's own message type (the request is built from it)
+        return _memory_request(response.content, args, kwargs)
 
-        extra = [Message(role="assistant", content=response.content), Message(role="user", content=save_ask.ASK)]
-        args, kwargs = _with(args, kwargs, 2, "response_format", save_ask.RESPONSE_FORMAT)
-        args, kwargs = _with(args, kwargs, 3, "tools", None)
-        args, kwargs = _with(args, kwargs, 4, "tool_choice", None)
-        return _with(args, kwargs, 0, "messages", [*messages, *extra])
+    def _unbacked_stream(self, held: _HeldStream, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+        """Why a streamed answer (already on screen) needs a memory write it does not have, as
+        ``unbacked`` says, once per user message; None when the stream made or recovered a call."""
+        if held.real_calls or held.called or SAVE_TOOL not in {_tool_name(t) for t in held.tools}:
+            return None
+        why = unbacked(held.text, held.messages)
+        stats, turn = self.text_call_stats, _last_user_id(held.messages)
+        if why is None or stats is None or turn is None or not stats.first_nudge(turn):
+            return None
+        stats.claim("nudged")
+        return why
+
+    def _stream_answer(self, held: _HeldStream, again: Any) -> Iterator[ModelResponse]:
+        """After a streamed answer: the memory the structured ask brought, as a ``save_file``
+        call delta (agno runs it and the model answers again); else, when the answer claimed a
+        save, what is true said after it (the claim is on screen: it cannot be taken back)."""
+        arguments = save_ask.save_arguments(getattr(again, "content", None)) if again is not None else None
+        if self.text_call_stats is not None:
+            self.text_call_stats.claim("called" if arguments is not None else "answered")
+        if arguments is not None:
+            held.called = True
+            yield ModelResponse(tool_calls=[  # type: ignore[arg-type]
+                ChoiceDeltaToolCall(index=0, id=_call_id(), type="function",
+                                    function=ChoiceDeltaToolCallFunction(name=SAVE_TOOL, arguments=_dump(arguments)))])
+        elif _CLAIM.search(held.text):
+            yield ModelResponse(content=f"\n\n{CLAIM_WITHDRAWN}")
 
     def _words_request(self, response: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
                        ) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -282,6 +323,7 @@ class TextToolCalls:
             if rest:
                 yield ModelResponse(content=rest)
             return
+        held.called = True  # a call, recovered or repeated: never asked about again
         unshown_lead = found.lead[held.shown:]
         if unshown_lead.strip():
             yield ModelResponse(content=unshown_lead)
@@ -317,6 +359,7 @@ class _HeldStream:
         self.text = ""
         self.shown = 0
         self.real_calls = False
+        self.called = False  # a call was recovered from the text (or the structured ask brought one)
 
     def pass_on(self, delta: Any) -> Any:
         """The delta with only the text that can be shown now (the rest is held)."""
@@ -377,6 +420,20 @@ def unbacked(text: str, messages: list[Any]) -> str | None:
 def unbacked_claim(text: str, messages: list[Any]) -> bool:
     """Whether ``text`` claims a save that no memory write since the user's last message backs."""
     return bool(_CLAIM.search(text)) and unbacked(text, messages) is not None
+
+
+def _memory_request(answer: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+                    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The structured ask for the memory the user asked to keep: the answer and ``save_ask.ASK``
+    added, ``response_format`` set to its JSON schema (the server enforces it), no tools."""
+    from agno.models.message import Message  # agno's own message type (the request is built from it)
+
+    extra = [Message(role="assistant", content=answer), Message(role="user", content=save_ask.ASK)]
+    messages = [*_messages(args, kwargs), *extra]
+    args, kwargs = _with(args, kwargs, 2, "response_format", save_ask.RESPONSE_FORMAT)
+    args, kwargs = _with(args, kwargs, 3, "tools", None)
+    args, kwargs = _with(args, kwargs, 4, "tool_choice", None)
+    return _with(args, kwargs, 0, "messages", messages)
 
 
 def _words_request(response: Any, args: tuple[Any, ...], kwargs: dict[str, Any]

@@ -280,3 +280,55 @@ def test_a_claim_is_never_shown_bare_when_the_memory_did_not_come(services: Memo
     out = a.run(said) if mode == "run" else asyncio.run(a.arun(said))
     assert out.content == f"Here is the Polars code. I've saved your preference.\n\n{CLAIM_WITHDRAWN}"
     assert services.user_agent_dir("u1").list_entries() == []
+
+
+def streamed(a: Agent, said: str, mode: str) -> str:
+    """Every content piece the user saw, joined (``stream`` or ``astream``)."""
+    if mode == "stream":
+        return "".join(str(ev.content) for ev in a.run(said, stream=True)
+                       if getattr(ev, "event", "") == "RunContent" and ev.content)
+
+    async def consume() -> str:
+        return "".join([str(ev.content) async for ev in a.arun(said, stream=True)
+                        if getattr(ev, "event", "") == "RunContent" and ev.content])
+
+    return asyncio.run(consume())
+
+
+@pytest.mark.parametrize("mode", ["stream", "astream"])
+def test_a_streamed_remember_request_with_no_save_asks_for_the_memory(services: MemoryServices,
+                                                                      llm_server: ScriptedLLM, mode: str) -> None:
+    """While streaming the first answer is already on screen; the memory is still asked for, and
+    its save_file call runs after it, then the model answers again."""
+    llm_server.script(text("Sure, Polars it is."), text(json.dumps(MEMORY)), text(" Saved: you prefer Polars."))
+    a = agent(services, llm_server)
+    shown = streamed(a, "I use Polars, not pandas. Please remember that.", mode)
+    assert shown == "Sure, Polars it is. Saved: you prefer Polars."
+    assert len(llm_server.chat_requests) == 3 and last_user(llm_server, 1) == save_ask.ASK
+    assert llm_server.chat_requests[1].body["response_format"] == save_ask.RESPONSE_FORMAT
+    assert services.user_agent_dir("u1").read("user_prefers_polars.md").text.endswith(
+        "Always use Polars for dataframes; never pandas.\n")
+    assert a.model.text_call_stats.claims == {"nudged": 1, "called": 1}  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("mode", ["stream", "astream"])
+@pytest.mark.parametrize(("said", "first", "requests"), [
+    ("I use polars. Remember that.", "好的，我已经记住了。", 2),  # asked: the memory did not come
+    ("I prefer polars", "Got it, I've saved that.", 1),  # a bare claim: on screen, nothing to ask
+])
+def test_a_streamed_claim_is_followed_by_what_is_true(services: MemoryServices, llm_server: ScriptedLLM,
+                                                      said: str, first: str, requests: int, mode: str) -> None:
+    from harness_memory.agent_model_text import CLAIM_WITHDRAWN
+
+    llm_server.script(text(first), text("not a memory"))
+    shown = streamed(agent(services, llm_server), said, mode)
+    assert shown == f"{first}\n\n{CLAIM_WITHDRAWN}" and len(llm_server.chat_requests) == requests
+    assert services.user_agent_dir("u1").list_entries() == []
+
+
+@pytest.mark.parametrize("mode", ["stream", "astream"])
+def test_a_streamed_answer_that_saved_is_left_alone(services: MemoryServices, llm_server: ScriptedLLM,
+                                                    mode: str) -> None:
+    llm_server.script(text(SAVE_TEXT), text("Saved."))
+    shown = streamed(agent(services, llm_server), "I prefer polars. Remember that.", mode)
+    assert shown == "Saved." and len(llm_server.chat_requests) == 2
