@@ -164,6 +164,7 @@ def make_agent_model(cfg: ModelConfig, *,
         timeout=cfg.model_timeout,
         max_retries=1,
         temperature=cfg.temperature,
+        max_tokens=cfg.max_tokens,
     )
     model.text_tool_calls = cfg.text_tool_calls
     model.text_call_stats = TextCallStats(on_text_call)

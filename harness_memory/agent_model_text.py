@@ -107,7 +107,8 @@ class TextToolCalls:
         if nudged is None:
             return response
         try:
-            again = super().invoke(*nudged[0], **nudged[1])  # type: ignore[misc]
+            asked = _asked_for_memory(nudged)
+            again = self._ask_memory(nudged) if asked else super().invoke(*nudged[0], **nudged[1])  # type: ignore[misc]
         except Exception:  # the second ask is ours: its failure never costs the user the first answer
             log.warning("asking the model again about an unsaved memory failed", exc_info=True)
             again = None
@@ -133,7 +134,10 @@ class TextToolCalls:
         if nudged is None:
             return response
         try:
-            again = await super().ainvoke(*nudged[0], **nudged[1])  # type: ignore[misc]
+            if _asked_for_memory(nudged):
+                again = await self._aask_memory(nudged)
+            else:
+                again = await super().ainvoke(*nudged[0], **nudged[1])  # type: ignore[misc]
         except Exception:
             log.warning("asking the model again about an unsaved memory failed", exc_info=True)
             again = None
@@ -165,7 +169,7 @@ class TextToolCalls:
         if why == "asked":
             request = _memory_request(held.text, args, kwargs)
             try:
-                again = super().invoke(*request[0], **request[1])  # type: ignore[misc]
+                again = self._ask_memory(request)
             except Exception:
                 log.warning("asking the model for an unsaved memory failed", exc_info=True)
                 again = None
@@ -190,12 +194,34 @@ class TextToolCalls:
         if why == "asked":
             request = _memory_request(held.text, args, kwargs)
             try:
-                again = await super().ainvoke(*request[0], **request[1])  # type: ignore[misc]
+                again = await self._aask_memory(request)
             except Exception:
                 log.warning("asking the model for an unsaved memory failed", exc_info=True)
         if why is not None:
             for last in self._stream_answer(held, again):
                 yield last
+
+    # -- the structured ask ---------------------------------------------------------------------
+    def _memory_params(self, request: tuple[tuple[Any, ...], dict[str, Any]]) -> dict[str, Any]:
+        """The chat-completion parameters of the structured ask: this model's own (temperature…),
+        the memory's JSON schema as ``response_format``, no tools, and ``save_ask.MAX_TOKENS``."""
+        params = dict(self.get_request_params(response_format=save_ask.RESPONSE_FORMAT))  # type: ignore[attr-defined]
+        for key in ("tools", "tool_choice", "parallel_tool_calls", "max_completion_tokens"):
+            params.pop(key, None)
+        params["max_tokens"] = save_ask.MAX_TOKENS
+        messages = self._format_all_messages(_messages(*request), False)  # type: ignore[attr-defined]
+        return {"model": self.id, "messages": messages, **params}  # type: ignore[attr-defined]
+
+    def _ask_memory(self, request: tuple[tuple[Any, ...], dict[str, Any]]) -> ModelResponse:
+        """The structured ask, made with the model's own client: it is our request, not a turn of
+        agno's loop, and it needs its own token cap (a grammar bounds the shape, not the length)."""
+        answer = self.get_client().chat.completions.create(**self._memory_params(request))  # type: ignore[attr-defined]
+        return ModelResponse(content=answer.choices[0].message.content if answer.choices else None)
+
+    async def _aask_memory(self, request: tuple[tuple[Any, ...], dict[str, Any]]) -> ModelResponse:
+        client = self.get_async_client()  # type: ignore[attr-defined]
+        answer = await client.chat.completions.create(**self._memory_params(request))
+        return ModelResponse(content=answer.choices[0].message.content if answer.choices else None)
 
     # -- helpers ------------------------------------------------------------------------------
     def _tools_if_on(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[dict[str, Any]] | None:

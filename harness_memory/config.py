@@ -209,6 +209,10 @@ class ModelConfig(_Section):
         None, ge=0, le=2, description="Sampling temperature of the agent model harness-memory builds (unset: "
         "the server's default). 0.2 with `model_profile: local`: a small model's tool-call shapes vary less "
         "(llama-server's default is 0.8).")
+    max_tokens: int | None = Field(
+        None, ge=16, description="Most tokens of one agent-model answer (unset: the server's limit). 1536 with "
+        "`model_profile: local`: a small model that falls into a loop otherwise writes until its context is "
+        "full (measured: a 1.5B model wrote 4,882 tokens in 600 s, and the user's run timed out).")
     light_temperature: float | None = Field(
         None, ge=0, le=2, description="Sampling temperature of the light model (extractions, summaries, recall "
         "picks; unset: the server's default). 0.2 with `model_profile: local`.")
@@ -417,7 +421,7 @@ class ObserveConfig(_Section):
 #: summary up to 223 s, a recall pick 24-31 s). Only settings not given explicitly are changed.
 LOCAL_PROFILE: dict[str, dict[str, Any]] = {
     "model": {"model_timeout": 600.0, "light_timeout": 600.0, "text_tool_calls": True, "temperature": 0.2,
-              "light_temperature": 0.2},
+              "light_temperature": 0.2, "max_tokens": 1536},
     "recall": {"model_timeout": 45.0},
     "agent": {"compact_prompt": True},
     # summary_max_chars also caps a summary's completion tokens (half of it): a small model that

@@ -37,6 +37,9 @@ SCHEMA: dict[str, Any] = {  # no length bounds: OpenAI's strict mode refuses the
 }
 RESPONSE_FORMAT: dict[str, Any] = {"type": "json_schema",
                                    "json_schema": {"name": "memory", "schema": SCHEMA, "strict": True}}
+#: Most tokens of the structured answer: four short fields. A grammar keeps the shape, not the length —
+#: a small model can loop inside a JSON string until its context is full.
+MAX_TOKENS = 600
 _SLUG_WORD = re.compile(r"[a-z0-9]+|[\u3400-\u9fff\uf900-\ufaff]+")
 _SLUG_CHARS = 40
 

@@ -150,6 +150,7 @@ def test_a_remember_request_with_no_save_asks_for_the_memory_as_data(services: M
     assert out.content == "Saved: you prefer Polars." and len(llm_server.chat_requests) == 3
     ask = llm_server.chat_requests[1].body
     assert ask["response_format"] == save_ask.RESPONSE_FORMAT and not ask.get("tools") and "tool_choice" not in ask
+    assert ask["max_tokens"] == save_ask.MAX_TOKENS and ask["model"] == "m"
     assert last_user(llm_server, 1) == save_ask.ASK
     assert llm_server.chat_requests[1].messages[-2] == {"role": "assistant", "content": first}
     stored = services.user_agent_dir("u1").read("user_prefers_polars.md").text

@@ -294,3 +294,22 @@ def test_profile_local_sends_a_low_temperature_to_both_models(make_config: Any, 
             assert agent_req.body.get("temperature") == want and light_req.body.get("temperature") == want, profile
         finally:
             services.close()
+
+
+def test_profile_local_caps_an_agent_answer(make_config: Any, llm_server: ScriptedLLM) -> None:
+    """A 1.5B model fell into a loop and wrote 4,882 tokens in 600 s until the client gave up and
+    the user's run failed: the local profile caps an agent answer (1536 tokens); hosted sends no cap;
+    a cap given explicitly wins."""
+    from harness_memory.services import MemoryServices
+
+    for profile, chosen, want in (("local", None, 1536), ("hosted", None, None), ("local", 4000, 4000)):
+        extra = {} if chosen is None else {"max_tokens": chosen}
+        cfg = make_config(model={"model": "m", "base_url": llm_server.base_url, "api_key": "k",
+                                 "model_profile": profile, **extra})
+        services = MemoryServices.from_config(cfg)
+        try:
+            llm_server.script(text("ok"))
+            Agent(model=services.agent_model(), telemetry=False).run("hi")
+            assert llm_server.chat_requests[-1].body.get("max_tokens") == want, profile
+        finally:
+            services.close()
