@@ -240,6 +240,10 @@ class AgentConfig(_Section):
     compact_prompt: bool = Field(False, description="Give the agent the short memory prompt written for a "
                                  "small local model (the rules in plain lines, no example file; ~630 tokens fewer: "
                                  "`python -m bench.bench_prompt`). On by default with `model_profile: local`.")
+    grounded_saves: bool = Field(False, description=(
+        "Refuse a memory the agent writes when it names something (a capitalised or CamelCase word, a word "
+        "with digits) that neither the user nor a tool result said in the run. On by default with "
+        "`model_profile: local`: a 1.5B model saved \"skills: Go, Python, Java\" for a user who named Go only."))
 
     @field_validator("snapshots_dir")
     @classmethod
@@ -423,7 +427,7 @@ LOCAL_PROFILE: dict[str, dict[str, Any]] = {
     "model": {"model_timeout": 600.0, "light_timeout": 600.0, "text_tool_calls": True, "temperature": 0.2,
               "light_temperature": 0.2, "max_tokens": 1536},
     "recall": {"model_timeout": 45.0},
-    "agent": {"compact_prompt": True},
+    "agent": {"compact_prompt": True, "grounded_saves": True},
     # summary_max_chars also caps a summary's completion tokens (half of it): a small model that
     # loops would otherwise write 6,000 tokens at a few tokens/s (measured: a 0.5B summary hit 600 s)
     "session": {"lock_ttl_seconds": 900, "failure_backoff_seconds": 300.0, "extract_max_input_tokens": 8000,

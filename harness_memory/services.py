@@ -232,7 +232,8 @@ class MemoryServices:
                 return tools
         tools = MemoryTools(self.user_agent_dir(user_id, agent_type), self.shared_agent_dir(agent_type),
                             shared_writable=self.config.agent.shared_write, executor=self.work,
-                            telemetry=self.telemetry, search=self.config.recall.search_tool)
+                            telemetry=self.telemetry, search=self.config.recall.search_tool,
+                            grounded=self.config.agent.grounded_saves)
         with self._lock:
             self._tools[key] = tools
             while len(self._tools) > TOOLS_CACHE_SIZE:

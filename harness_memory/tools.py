@@ -16,6 +16,7 @@ import asyncio
 import functools
 import json
 import logging
+import re
 from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any
@@ -122,6 +123,59 @@ def user_words(run_context: RunContext | None) -> str:
     return normalize_text("\n".join(user_texts(run_context)))
 
 
+#: A name in a memory's text: CamelCase or with inner capitals ("PostgreSQL", "GitLab"), a word with a
+#: digit ("Q1", "v16", "2027-01-15"), all capitals ("ISO", "CI"), or a capitalised word of 3+ letters
+#: that does not start a sentence, line or list item ("reviews Go and Python code").
+_NAME_TOKEN = re.compile(r"(?<![\w.+#-])(?:[A-Za-z]*[a-z][A-Z][\w+#.-]*|[A-Za-z]*\d[\w.+#-]*|[A-Z]{2,}[\w+#]*"
+                         r"|[A-Z][a-z]{2,}[\w+#]*)(?![\w-])")
+_STARTS = re.compile(r"(?:^|[.!?:;]\s+|\n\s*(?:[-*+]|\d+[.)])?\s*|\(\s*|[\"'“‘]\s*)$")
+
+
+def grounded_words(run_context: RunContext | None) -> str:
+    """What the user and the tools said in the run (tool results: a file read, a search), lower-cased:
+    what a memory the agent writes may name."""
+    messages = getattr(run_context, "messages", None) or []
+    parts = [strip_injected(content_text(m.content)) if getattr(m, "role", None) == "user" else content_text(m.content)
+             for m in messages if getattr(m, "role", None) in ("user", "tool")]
+    return "\n".join(parts).casefold()
+
+
+def ungrounded_names(text: str, said: str) -> list[str]:
+    """The names in ``text`` (``_NAME_TOKEN``) that ``said`` (``grounded_words``) never holds, in order."""
+    out: list[str] = []
+    for match in _NAME_TOKEN.finditer(text):
+        word = match.group(0).rstrip(".")
+        capitalised_only = word[:1].isupper() and word[1:].islower() and word.isalpha()
+        if capitalised_only and (_STARTS.search(text[: match.start()]) or _title_line(text, match.start())):
+            continue  # "Uses Polars": a sentence's first word; "Date Format Preference": a title
+        if word.casefold() not in said and word not in out:
+            out.append(word)
+    return out
+
+
+def _title_line(text: str, at: int) -> bool:
+    """Whether the line holding position ``at`` is written in title case (every word of 3+ letters
+    capitalised): its capitals mark a heading, not names."""
+    start, end = text.rfind("\n", 0, at) + 1, text.find("\n", at)
+    words = [w for w in re.findall(r"[A-Za-z]{3,}", text[start : end if end >= 0 else len(text)])]
+    return len(words) >= 2 and all(w[0].isupper() for w in words)
+
+
+def refuse_ungrounded(text: str, run_context: RunContext | None, *, what: str = "memory",
+                      tool: str = "save_file") -> None:
+    """Raise ``MemoryFormatError`` when ``text`` names what neither the user nor a tool result said
+    in the run (``agent.grounded_saves``).
+
+    Why: a 1.5B model asked to remember "I'm a backend engineer … I write the payment service in Go"
+    saved "skills: Go, Python, Java" and "role: 前端工程师": a memory read back in every later session
+    as the user's own words. A name nobody said is the model's invention, whatever else is right."""
+    names = ungrounded_names(text, grounded_words(run_context))
+    if names:
+        raise MemoryFormatError(
+            f"the {what} names {', '.join(names[:5])}, which nobody said in this conversation. Nothing was "
+            f"{'saved' if tool == 'save_file' else 'changed'}. Keep only what the user said, then call {tool} again.")
+
+
 def refuse_contradicting(text: str, run_context: RunContext | None, *, what: str = "memory",
                          tool: str = "save_file") -> None:
     """Raise ``MemoryFormatError`` when ``text`` puts forward a name the user said NOT to use in
@@ -204,7 +258,9 @@ class MemoryTools(Toolkit):
 
     def __init__(self, own: MemoryDir, shared: MemoryDir | None = None, *, shared_writable: bool = False,
                  name: str = "memory_tools", executor: Executor | None = None,
-                 telemetry: Telemetry = DISABLED, search: bool = True) -> None:
+                 telemetry: Telemetry = DISABLED, search: bool = True, grounded: bool = False) -> None:
+        #: Refuse writes naming what nobody said in the run (``agent.grounded_saves``; ``refuse_ungrounded``).
+        self.grounded = grounded
         #: Runs the async twins' blocking work (the services' ``work`` pool; None: asyncio's default).
         self.executor = executor
         #: Records every tool call (metrics by tool and outcome, a span, an event).
@@ -261,6 +317,8 @@ class MemoryTools(Toolkit):
         refuse_copied_examples(memory, user_words(run_context))
         if memory is not None:
             refuse_contradicting(f"{memory.name}\n{memory.description}\n{memory.body}", run_context)
+            if self.grounded:  # the name is a label ("Date Format"), not a claim: not checked
+                refuse_ungrounded(f"{memory.description}\n{memory.body}", run_context)
         result = memdir.save(rel, content)
         verb = "Created" if result.created else "Updated"
         note = _filled_note(filled)
@@ -359,6 +417,8 @@ class MemoryTools(Toolkit):
                                     "the new text in your own words from the conversation.")
         if isinstance(new_chunk, str):
             refuse_contradicting(new_chunk, run_context, what="new_chunk", tool="replace_file_chunk")
+            if self.grounded:
+                refuse_ungrounded(new_chunk, run_context, what="new_chunk", tool="replace_file_chunk")
         result = memdir.replace_chunk(rel, old_chunk, new_chunk)
         return f"Updated memory {file_name} ({result.entry.type}: {result.entry.description}). " \
             + _index_said(result.index_warning)

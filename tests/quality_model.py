@@ -199,20 +199,32 @@ class InventingModel(GoodModel):
 
 class WanderingModel(GoodModel):
     """Saves what nobody asked to keep (the 1.5B model stored its own deploy-script steps as a
-    project memory when asked to write a script) and, asked to remember a correction, saves the
-    rejected tool."""
+    project memory when asked to write a script), and saves its own pandas code as the way to load
+    a CSV before the user corrects it (the memory then contradicts the correction)."""
 
     def agent(self, req: RecordedRequest) -> Answer:
         last = req.messages[-1]
         said = req.last_user_text()
         if last.get("role") != "tool" and not _REMEMBER.search(said) and "?" not in said and "？" not in said:
+            if "CSV" in said:
+                content = ("---\nname: Dataframes\ndescription: Load CSV files with pandas\ntype: feedback\n---\n\n"
+                           "Load CSV files with pandas.\n")
+                return tool_calls([("save_file", {"file_name": "feedback_csv.md", "content": content})],
+                                  **_usage("agent"))
             content = ("---\nname: Deployment Script\ndescription: A script to deploy a new application.\n"
                        "type: project\n---\n\n- Pull the latest code\n- Build\n- Deploy\n")
             return tool_calls([("save_file", {"file_name": "project_deploy_script.md", "content": content})],
                               **_usage("agent"))
-        if last.get("role") != "tool" and _REMEMBER.search(said) and "Polars" in said:
-            content = ("---\nname: Dataframes\ndescription: Uses pandas for dataframes\ntype: feedback\n---\n\n"
-                       "Load CSV files with pandas.\n")
-            return tool_calls([("save_file", {"file_name": "feedback_dataframes.md", "content": content})],
-                              **_usage("agent"))
+        return super().agent(req)
+
+
+class EmbellishingModel(GoodModel):
+    """Saves the user's words, plus languages they never named when they write in Chinese."""
+
+    def agent(self, req: RecordedRequest) -> Answer:
+        said = req.last_user_text()
+        if req.messages[-1].get("role") != "tool" and _REMEMBER.search(said) and re.search(r"[\u4e00-\u9fff]", said):
+            content = ("---\nname: 后端工程师\ndescription: 后端工程师\ntype: user\n---\n\n"
+                       f"- role: {said}\n- skills: Go, Python, Java\n")
+            return tool_calls([("save_file", {"file_name": "user_role.md", "content": content})], **_usage("agent"))
         return super().agent(req)

@@ -19,7 +19,15 @@ from bench.quality.run import Harness, Report, correction_is_wrong, render_markd
 from bench.quality.scenarios import BY_KEY, SCENARIOS
 from harness_memory.config import MemoryConfig
 from tests.fakellm import ScriptedLLM
-from tests.quality_model import USAGE, EchoModel, FailingModel, GoodModel, InventingModel, WanderingModel
+from tests.quality_model import (
+    USAGE,
+    EchoModel,
+    EmbellishingModel,
+    FailingModel,
+    GoodModel,
+    InventingModel,
+    WanderingModel,
+)
 
 SLOW = 1.2  # seconds the failing model takes where it is slow; the timeouts below are shorter
 TIMEOUT = 0.5
@@ -172,11 +180,21 @@ def test_text_calls_are_recovered_and_reported_per_scenario(run_with: Callable[.
 def test_a_save_counts_only_when_it_holds_the_fact(run_with: Callable[..., Report]) -> None:
     """correction_zh was counted "saved" for a memory of the assistant's own deploy steps: a save
     counts only when it holds the scenario's fact; other saves are reported, and a saved memory
-    putting forward what the user rejected is a failure that reached memory."""
+    putting forward what the user rejected (saved before the correction, never fixed) is a failure
+    that reached memory."""
     report = run_with(WanderingModel(), ("correction_en", "correction_zh"))
     by = {r.key: r for r in report.results}
-    assert by["correction_en"].saves_off_fact == 1 and by["correction_en"].wrong_saves_stored == 1
-    assert not by["correction_en"].saved_valid
+    assert by["correction_en"].saved_valid and by["correction_en"].wrong_saves_stored == 1
+    assert by["correction_en"].saves_off_fact == 0
     assert by["correction_zh"].saved_valid and by["correction_zh"].saves_off_fact == 1
     assert report.failures()["wrong_saves_stored"] == 1
-    assert "| correction_en | no | 1/1 |" in render_markdown(report)
+    assert "| correction_en | yes | 0/1/0 |" in render_markdown(report)
+
+
+def test_a_save_naming_what_the_user_never_said_is_a_failure(run_with: Callable[..., Report]) -> None:
+    """role_zh's 1.5B save held "skills: Go, Python, Java" for a user who named Go only."""
+    report = run_with(EmbellishingModel(), ("role_zh", "role_en"))
+    by = {r.key: r for r in report.results}
+    assert by["role_zh"].invented_saves_stored == 1 and not by["role_zh"].saved_valid
+    assert by["role_en"].invented_saves_stored == 0 and by["role_en"].saved_valid
+    assert report.failures()["invented_saves_stored"] == 1

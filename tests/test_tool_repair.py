@@ -37,6 +37,7 @@ from tests.fakellm import ScriptedLLM, text, tool_calls
 
 NOTE = ("---\nname: atlas code freeze\ndescription: Atlas code freeze starts 2026-12-10\n---\n\n"
         "No merges to atlas main from 2026-12-10 to 2026-12-17 (release).\n")
+SAID_FREEZE = "Atlas code freeze: no merges to atlas main from 2026-12-10 to 2026-12-17 (release). Remember it."
 GOOD = "---\nname: polars\ndescription: prefers Polars over pandas\ntype: user\n---\n\nUses Polars.\n"
 
 
@@ -188,10 +189,10 @@ def test_a_text_save_without_type_is_repaired_and_a_looping_model_stops(make_con
     llm_server.set_handler(lambda req: text(f"<tool_call>\n{call}\n</tool_call>"))
     agent = build_agent("u1", config=cfg)
     if stream:
-        shown = "".join(str(ev.content) for ev in agent.run("Atlas freezes on 2026-12-10, remember it", stream=True)
+        shown = "".join(str(ev.content) for ev in agent.run(SAID_FREEZE, stream=True)
                         if getattr(ev, "event", "") == "RunContent" and ev.content)
     else:
-        shown = str(agent.run("Atlas freezes on 2026-12-10, remember it").content or "")
+        shown = str(agent.run(SAID_FREEZE).content or "")
     assert "<tool_call>" not in shown and "save_file" not in shown
     answers = [tool_answers(llm_server, i)[-1] for i in (1, 2)]
     assert answers[0].startswith("Created memory project_atlas_code_freeze.md (project:")
@@ -301,3 +302,55 @@ def test_an_edit_putting_forward_what_the_user_rejected_changes_nothing(services
     answer = tool_answers(llm_server, 1)[-1]
     assert "which the user said not to use" in answer and "Nothing was changed" in answer
     assert place.read("feedback_tools.md").text == before
+
+
+@pytest.fixture
+def grounded(make_config: Any, llm_server: ScriptedLLM) -> Any:
+    cfg: MemoryConfig = make_config(model={"model": "m", "base_url": llm_server.base_url, "api_key": "k"},
+                                    agent={"grounded_saves": True})
+    made = MemoryServices.from_config(cfg)
+    yield made
+    made.close()
+
+
+ROLE_SAID = "你好，我是杭州一家银行的后端工程师，主要用 Go 写支付服务。I review Go code. Remember that."
+
+
+@pytest.mark.parametrize(("content", "refused"), [
+    # what the 1.5B model saved: two languages nobody named
+    ("---\nname: 后端工程师\ndescription: 后端工程师\ntype: user\n---\n\n- role: 后端工程师\n"
+     "- skills: Go, Python, Java\n", ["Python", "Java"]),
+    ("---\nname: Backend Engineer Role\ndescription: Backend engineer at a bank\ntype: user\n---\n\n"
+     "Backend engineer at a bank; writes the payment service in Go. Reviews Go code.\n", []),
+    ("---\nname: Role\ndescription: Backend engineer\ntype: user\n---\n\nWorks on Kubernetes at Alipay since 2019.\n",
+     ["Kubernetes", "Alipay", "2019"]),
+])
+def test_a_save_naming_what_nobody_said_is_refused(grounded: MemoryServices, llm_server: ScriptedLLM,
+                                                   content: str, refused: list[str]) -> None:
+    llm_server.script(tool_calls([("save_file", {"file_name": "user_role.md", "content": content})]), text("ok"))
+    agent_for(grounded, llm_server).run(ROLE_SAID)
+    answer = tool_answers(llm_server, 1)[-1]
+    if refused:
+        assert f"names {', '.join(refused)}, which nobody said" in answer and "Nothing was saved" in answer
+        assert grounded.user_agent_dir("u1").list_entries() == []
+    else:
+        assert answer.startswith("Created memory user_role.md"), answer
+
+
+def test_a_name_a_tool_returned_is_grounded(grounded: MemoryServices, llm_server: ScriptedLLM) -> None:
+    """What a tool answered in the run (a file read, a search) may be saved: only inventions are refused."""
+    grounded.user_agent_dir("u1").save("reference_dash.md", "---\nname: dash\ndescription: Grafana board\n"
+                                       "type: reference\n---\n\nLatency board: grafana.internal/d/api-latency\n")
+    note = ("---\nname: oncall\ndescription: On-call checks the Grafana board\ntype: reference\n---\n\n"
+            "On call, check grafana.internal/d/api-latency first.\n")
+    llm_server.script(tool_calls([("read_file", {"file_name": "reference_dash.md"})]),
+                      tool_calls([("save_file", {"file_name": "reference_oncall.md", "content": note})]), text("ok"))
+    agent_for(grounded, llm_server).run("Where is the latency board? Keep a note for on-call.")
+    assert tool_answers(llm_server, 2)[-1].startswith("Created memory reference_oncall.md")
+
+
+def test_grounding_is_off_unless_asked(services: MemoryServices, llm_server: ScriptedLLM) -> None:
+    content = "---\nname: Role\ndescription: Backend engineer\ntype: user\n---\n\nUses Go, Python and Java.\n"
+    llm_server.script(tool_calls([("save_file", {"file_name": "user_role.md", "content": content})]), text("ok"))
+    agent_for(services, llm_server).run(ROLE_SAID)
+    assert tool_answers(llm_server, 1)[-1].startswith("Created memory user_role.md")

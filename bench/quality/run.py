@@ -72,6 +72,7 @@ class ScenarioResult:
     saved_valid: bool = False  # a memory saved through the tools that holds the scenario's fact
     saves_off_fact: int = 0  # valid memories saved through the tools that do not hold it
     wrong_saves_stored: int = 0  # saved memories putting forward what the user said not to use
+    invented_saves_stored: int = 0  # saved memories naming what the user never said
     description_faithful: bool = False
     placeholder_saves_proposed: int = 0
     placeholder_saves_stored: int = 0
@@ -129,6 +130,7 @@ class Report:
             "description_faithful": sum(x.description_faithful for x in remember),
             "saves_off_fact": sum(x.saves_off_fact for x in r),
             "wrong_saves_stored": sum(x.wrong_saves_stored for x in r),
+            "invented_saves_stored": sum(x.invented_saves_stored for x in r),
             "placeholder_saves_proposed": sum(x.placeholder_saves_proposed for x in r),
             "placeholder_saves_stored": sum(x.placeholder_saves_stored for x in r),
             "used_next_session": sum(x.used_next_session for x in r),
@@ -157,7 +159,8 @@ class Report:
     def failures(self) -> dict[str, int]:
         """The counts the acceptance wants at 0 on any model (what reached memory)."""
         t = self.totals()
-        return {k: int(t[k]) for k in ("placeholder_saves_stored", "wrong_saves_stored", "placeholder_facts_stored",
+        return {k: int(t[k]) for k in ("placeholder_saves_stored", "wrong_saves_stored", "invented_saves_stored",
+                                       "placeholder_facts_stored",
                                        "summaries_lost", "wrong_corrections_stored", "facts_wrongly_removed",
                                        "unsupported_facts_stored")}
 
@@ -382,6 +385,11 @@ class Harness:
             if s.correction is not None and _touches_correction(whole, s) and correction_is_wrong(whole, s):
                 res.wrong_saves_stored += 1
                 continue
+            said = user_words(s)  # each line judged alone: a line's first word is not taken for a name
+            if any(unsupported(line.strip(" -*#>\t"), said) for line in f"{memory.description}\n{memory.body}"
+                   .splitlines()):
+                res.invented_saves_stored += 1
+                continue
             if not s.has_fact(whole):  # a save, but not of what the user asked to keep
                 res.saves_off_fact += 1
                 continue
@@ -472,7 +480,7 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-COLUMNS = (("saved_valid", "saved the fact"), ("saves_off_fact", "saves off fact / wrong"),
+COLUMNS = (("saved_valid", "saved the fact"), ("saves_off_fact", "saves off fact / wrong / invented"),
            ("no_tool_call", "no tool call"), ("description_faithful", "desc. faithful"),
            ("placeholder_saves_proposed", "placeholder saves proposed/stored"),
            ("used_next_session", "used next session"), ("read_calls", "reads"),
@@ -506,7 +514,7 @@ def render_markdown(report: Report, *, note: str = "") -> str:
             elif key == "unsupported_facts_proposed":
                 cells.append(f"{r.unsupported_facts_proposed}/{r.unsupported_facts_stored}")
             elif key == "saves_off_fact":
-                cells.append(f"{r.saves_off_fact}/{r.wrong_saves_stored}")
+                cells.append(f"{r.saves_off_fact}/{r.wrong_saves_stored}/{r.invented_saves_stored}")
             elif key == "text_calls_recovered":
                 cells.append(f"{r.text_calls_recovered}/{r.text_calls_rejected}")
             elif key == "summary_facts":
