@@ -16,7 +16,6 @@ import asyncio
 import functools
 import json
 import logging
-import re
 from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any
@@ -24,7 +23,6 @@ from typing import Any
 from agno.run.base import RunContext
 from agno.tools import Toolkit
 
-from .auto.doubt import contradicts_user
 from .errors import (
     AccessDenied,
     InvalidName,
@@ -36,10 +34,17 @@ from .errors import (
     StorageUnavailable,
 )
 from .escape import inline
-from .examples import FRONTMATTER_EXAMPLE, OWN_MESSAGE, bare_placeholder, normalize_text, registry, said_by_user
-from .memdir import MemoryDir, MemoryFile, fill_missing_fields, parse_memory, quote_plain_values
+from .examples import FRONTMATTER_EXAMPLE
+from .memdir import MemoryDir, fill_missing_fields, parse_memory, quote_plain_values
 from .observe import DISABLED, Telemetry, wrap_context
-from .session.messages import content_text, strip_injected
+from .tool_checks import (
+    copies_example,
+    refuse_contradicting,
+    refuse_copied_examples,
+    refuse_ungrounded,
+    short,
+    user_words,
+)
 from .tool_guard import RepeatGuard, once_per_run
 
 log = logging.getLogger(__name__)
@@ -109,140 +114,6 @@ def _filled_note(filled: dict[str, Any]) -> str:
             parts.append(f"{labels[key]} {value} (from {filled[key].source})")
     return (" The file lacked " + ", ".join(labels[k] for k in labels if k in filled)
             + "; filled in: " + "; ".join(parts) + ".")
-
-
-def user_texts(run_context: RunContext | None) -> list[str]:
-    """The user's messages of this run (history included), without the blocks our own hooks put in
-    front of a message (a summary, recalled memories)."""
-    messages = getattr(run_context, "messages", None) or []
-    return [strip_injected(content_text(m.content)) for m in messages if getattr(m, "role", None) == "user"]
-
-
-def user_words(run_context: RunContext | None) -> str:
-    """What the user wrote in this run's messages, normalised for comparison."""
-    return normalize_text("\n".join(user_texts(run_context)))
-
-
-#: A name in a memory's text: CamelCase or with inner capitals ("PostgreSQL", "GitLab"), a word with a
-#: digit ("Q1", "v16", "2027-01-15"), all capitals ("ISO", "CI"), or a capitalised word of 3+ letters
-#: that does not start a sentence, line or list item ("reviews Go and Python code").
-_NAME_TOKEN = re.compile(r"(?<![\w.+#-])(?:[A-Za-z]*[a-z][A-Z][\w+#.-]*|[A-Za-z]*\d[\w.+#-]*|[A-Z]{2,}[\w+#]*"
-                         r"|[A-Z][a-z]{2,}[\w+#]*)(?![\w-])")
-_STARTS = re.compile(r"(?:^|[.!?:;]\s+|\n\s*(?:[-*+]|\d+[.)])?\s*|\(\s*|[\"'“‘]\s*)$")
-
-
-def grounded_words(run_context: RunContext | None) -> str:
-    """What the user and the tools said in the run (tool results: a file read, a search), lower-cased:
-    what a memory the agent writes may name."""
-    messages = getattr(run_context, "messages", None) or []
-    parts = [strip_injected(content_text(m.content)) if getattr(m, "role", None) == "user" else content_text(m.content)
-             for m in messages if getattr(m, "role", None) in ("user", "tool")]
-    return "\n".join(parts).casefold()
-
-
-def ungrounded_names(text: str, said: str) -> list[str]:
-    """The names in ``text`` (``_NAME_TOKEN``) that ``said`` (``grounded_words``) never holds, in order."""
-    out: list[str] = []
-    for match in _NAME_TOKEN.finditer(text):
-        word = match.group(0).rstrip(".")
-        capitalised_only = word[:1].isupper() and word[1:].islower() and word.isalpha()
-        if capitalised_only and (_STARTS.search(text[: match.start()]) or _title_line(text, match.start())):
-            continue  # "Uses Polars": a sentence's first word; "Date Format Preference": a title
-        if word.casefold() not in said and word not in out:
-            out.append(word)
-    return out
-
-
-def _title_line(text: str, at: int) -> bool:
-    """Whether the line holding position ``at`` is written in title case (every word of 3+ letters
-    capitalised): its capitals mark a heading, not names."""
-    start, end = text.rfind("\n", 0, at) + 1, text.find("\n", at)
-    words = [w for w in re.findall(r"[A-Za-z]{3,}", text[start : end if end >= 0 else len(text)])]
-    return len(words) >= 2 and all(w[0].isupper() for w in words)
-
-
-def refuse_ungrounded(text: str, run_context: RunContext | None, *, what: str = "memory",
-                      tool: str = "save_file") -> None:
-    """Raise ``MemoryFormatError`` when ``text`` names what neither the user nor a tool result said
-    in the run (``agent.grounded_saves``).
-
-    Why: a 1.5B model asked to remember "I'm a backend engineer … I write the payment service in Go"
-    saved "skills: Go, Python, Java" and "role: 前端工程师": a memory read back in every later session
-    as the user's own words. A name nobody said is the model's invention, whatever else is right."""
-    names = ungrounded_names(text, grounded_words(run_context))
-    if names:
-        raise MemoryFormatError(
-            f"the {what} names {', '.join(names[:5])}, which nobody said in this conversation. Nothing was "
-            f"{'saved' if tool == 'save_file' else 'changed'}. Keep only what the user said, then call {tool} again.")
-
-
-def refuse_contradicting(text: str, run_context: RunContext | None, *, what: str = "memory",
-                         tool: str = "save_file") -> None:
-    """Raise ``MemoryFormatError`` when ``text`` puts forward a name the user said NOT to use in
-    this run ("don't use pandas — use Polars") and never said to use (``auto.doubt.contradicts_user``).
-
-    Why: a small model, its own pandas code in view, saved "Load CSV files with pandas." right after
-    being corrected; auto memory already refuses such facts, and what the tools write is read back
-    in every later session just the same."""
-    names = sorted(contradicts_user(text, user_texts(run_context)))
-    if names:
-        raise MemoryFormatError(
-            f"the {what} puts forward {', '.join(names)}, which the user said not to use in this conversation. "
-            f"Nothing was {'saved' if tool == 'save_file' else 'changed'}. Write what the user asked for instead, "
-            f"then call {tool} again.")
-
-
-def copies_example(text: str, said: str = "", *, placeholders: bool = True) -> bool:
-    """Whether ``text`` is a bare placeholder, one of our tool messages, or copies one of our
-    examples that the user did not say themselves (``said``: ``user_words``).
-
-    Why the user's words count: our examples are realistic on purpose, so a real user can say the
-    same thing — "I'm a backend engineer at a bank" met an old refusal hint "Backend engineer at a
-    bank; reviews Go code" and a 1.5B model's faithful save was refused as a copy (issue 30). Auto
-    memory already exempted what the user said (``auto.doubt.Placeholders``); the tools now do too,
-    paraphrases included (``examples.said_by_user``)."""
-    if OWN_MESSAGE.search(text):
-        return True
-    if placeholders and bare_placeholder(text):
-        norm = normalize_text(text)  # a number or date the user wrote ("2026-12-01") is theirs
-        return not (norm.isdigit() and said_by_user(norm, said))
-    hit = registry().example(text)
-    return hit is not None and not said_by_user(hit, said)
-
-
-def refuse_copied_examples(memory: MemoryFile | None, said: str = "") -> None:
-    """Raise ``MemoryFormatError`` (a message the model can act on) when a memory's description or
-    body is copied from our own examples or templates (``harness_memory.examples``) and the user
-    did not say it (``said``: ``user_words`` of the run).
-
-    Why in the tool and not in ``MemoryDir.save``: the tool's caller is a model that was shown the
-    examples; imports, snapshots and people writing files were not. The name is not checked: it is
-    a label (``user_role``), and a real memory may well use the example's kind of name."""
-    if memory is None:
-        return
-    if not memory.body.strip():
-        raise MemoryFormatError("the memory text is empty: write the memory itself, in your own words, on the "
-                                "lines after the closing '---'. Nothing was saved; call save_file again.")
-    fields = (("description", memory.description), ("body", memory.body))
-    bare = [f"the {what} {_short(text)}" for what, text in fields
-            if bare_placeholder(text) and copies_example(text, said)]
-    if bare:
-        raise MemoryFormatError(
-            f"{' and '.join(bare)} {'is' if len(bare) == 1 else 'are'} a placeholder, not a memory. Nothing was "
-            "saved. Write the description as one line saying what this memory holds, and the body as the memory "
-            "itself in your own words from what the user said, then call save_file again.")
-    problems = [f"the {what} {_short(text)}" for what, text in fields if copies_example(text, said)]
-    if problems:
-        raise MemoryFormatError(
-            f"{' and '.join(problems)} {'is' if len(problems) == 1 else 'are'} copied from the example or "
-            "template in your instructions, not about this user. Nothing was saved. Write the description as "
-            "one line in your own words saying what this memory holds, from what THIS user said, and the body "
-            "as the memory itself, then call save_file again.")
-
-
-def _short(text: str, limit: int = 80) -> str:
-    flat = " ".join(text.split())
-    return repr(flat if len(flat) <= limit else flat[: limit - 1] + "…")
 
 
 def _index_said(warning: str | None) -> str:
@@ -412,7 +283,7 @@ class MemoryTools(Toolkit):
         # a chunk may well be a number or a date ("2027-01-01"): only our examples and messages are refused
         if isinstance(new_chunk, str) and new_chunk.strip() \
                 and copies_example(new_chunk, user_words(run_context), placeholders=False):
-            raise MemoryFormatError(f"new_chunk {_short(new_chunk)} is copied from the example in your "
+            raise MemoryFormatError(f"new_chunk {short(new_chunk)} is copied from the example in your "
                                     "instructions, not something this user said. Nothing was changed; write "
                                     "the new text in your own words from the conversation.")
         if isinstance(new_chunk, str):
@@ -537,9 +408,6 @@ __all__ = [
     "SHARED_PREFIX",
     "TOOL_NAMES",
     "MemoryTools",
-    "copies_example",
     "matching_lines",
-    "refuse_copied_examples",
     "search_places",
-    "user_words",
 ]

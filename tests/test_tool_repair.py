@@ -252,7 +252,7 @@ def test_our_own_injected_blocks_are_not_the_users_words() -> None:
     from agno.models.message import Message
     from agno.run import RunContext
 
-    from harness_memory.tools import copies_example, user_words
+    from harness_memory.tool_checks import copies_example, user_words
 
     injected = f"<session-summary>\n{EXAMPLE_DESCRIPTION}\n</session-summary>\n\nWhat did we decide?"
     ctx = RunContext(run_id="r", session_id="s", messages=[Message(role="user", content=injected)])
