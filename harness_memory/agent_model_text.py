@@ -319,7 +319,7 @@ class TextToolCalls:
         else, after an unbacked claim, the new plain answer instead of the claim, and after an
         unanswered "remember" the first answer (the caller asks in words when that one claims);
         counted either way."""
-        asked = getattr(_messages(args, kwargs)[-1], "content", None) == save_ask.ASK
+        asked = save_ask.is_ask(getattr(_messages(args, kwargs)[-1], "content", None))
         if again is not None and asked:
             arguments = save_ask.save_arguments(getattr(again, "content", None))
             if arguments is not None:  # an ordinary save_file call from here: the tool's checks decide
@@ -430,7 +430,8 @@ def unbacked(text: str, messages: list[Any]) -> str | None:
     be remembered); None when a memory write succeeded since the user's last message, or neither
     holds."""
     last_user = max((i for i, m in enumerate(messages) if getattr(m, "role", None) == "user"), default=-1)
-    if last_user < 0 or getattr(messages[last_user], "content", None) in (NUDGE, save_ask.ASK):
+    if last_user < 0 or (getattr(messages[last_user], "content", None) == NUDGE
+                          or save_ask.is_ask(getattr(messages[last_user], "content", None))):
         return None
     for message in messages[last_user + 1:]:
         if getattr(message, "role", None) == "tool" and getattr(message, "tool_name", None) in WRITE_TOOLS \
@@ -450,12 +451,16 @@ def unbacked_claim(text: str, messages: list[Any]) -> bool:
 
 def _memory_request(answer: str, args: tuple[Any, ...], kwargs: dict[str, Any]
                     ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """The structured ask for the memory the user asked to keep: the answer and ``save_ask.ASK``
-    added, ``response_format`` set to its JSON schema (the server enforces it), no tools."""
+    """The structured ask for the memory the user asked to keep: the answer and ``save_ask.ask``
+    (quoting the user's message) added, ``response_format`` set to its JSON schema (the server
+    enforces it), no tools."""
     from agno.models.message import Message  # agno's own message type (the request is built from it)
 
-    extra = [Message(role="assistant", content=answer), Message(role="user", content=save_ask.ASK)]
-    messages = [*_messages(args, kwargs), *extra]
+    messages = _messages(args, kwargs)
+    last_user = next((m for m in reversed(messages) if getattr(m, "role", None) == "user"), None)
+    said = strip_injected(content_text(getattr(last_user, "content", None)))
+    extra = [Message(role="assistant", content=answer), Message(role="user", content=save_ask.ask(said))]
+    messages = [*messages, *extra]
     args, kwargs = _with(args, kwargs, 2, "response_format", save_ask.RESPONSE_FORMAT)
     args, kwargs = _with(args, kwargs, 3, "tools", None)
     args, kwargs = _with(args, kwargs, 4, "tool_choice", None)
@@ -472,8 +477,8 @@ def _words_request(response: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 
 
 def _asked_for_memory(request: tuple[tuple[Any, ...], dict[str, Any]]) -> bool:
-    """Whether ``request`` is the structured ask for a memory (``save_ask.ASK``)."""
-    return getattr(_messages(*request)[-1], "content", None) == save_ask.ASK
+    """Whether ``request`` is the structured ask for a memory (``save_ask.is_ask``)."""
+    return save_ask.is_ask(getattr(_messages(*request)[-1], "content", None))
 
 
 def _without_claim(response: Any) -> Any:

@@ -41,15 +41,14 @@ SENT_EXAMPLES = (
     "staging database password rotation",
     "<a distinctive 5-10 word title of the session>",
     "a distinctive 5-10 word title of the session",
-    # the structured ask for a memory the user asked to keep (``save_ask.ASK``)
-    "a short title",
-    "one line saying what it holds",
-    "what I asked you to keep, in your own words, with the reason when I gave one",
-    "what I asked you to keep, in your own words",
-    "who I am",
-    "how I want you to work",
-    "facts about the work",
-    "where to find things",
+    # the field words of the structured ask for a memory the user asked to keep (``save_ask.FIELD_WORDS``)
+    "about me",
+    "how you should work",
+    "about the work",
+    "where things are",
+    "a few words",
+    "one line",
+    "the memory, in my words",
 )
 
 #: Phrases of our own tool answers and error messages: a text holding one is a tool answer echoed

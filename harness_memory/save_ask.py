@@ -19,12 +19,32 @@ from typing import Any
 
 from .memdir.model import MemoryType, compose_memory
 
-#: The user turn of the structured ask: what to write, no example text a model could copy.
-ASK = ("Memory check: I asked you to remember something, and no memory tool succeeded after my message, "
-       "so nothing was saved. Write the memory to keep now, as JSON: \"type\" (user: who I am; feedback: how "
-       "I want you to work; project: facts about the work; reference: where to find things), \"name\" (a "
-       "short title), \"description\" (one line saying what it holds) and \"text\" (what I asked you to keep, "
-       "in your own words, with the reason when I gave one). Do not save secrets.")
+#: How the structured ask starts (how it is recognised in a request's messages).
+MARK = "Memory: keep what I asked you to remember in this message of mine"
+#: The words that describe the fields (each a registered example: a memory handing them back is a copy).
+FIELD_WORDS = ("about me", "how you should work", "about the work", "where things are", "a few words", "one line",
+               "the memory, in my words")
+_FENCE = "<<<"
+_FENCE_END = ">>>"
+
+
+def ask(said: str) -> str:
+    """The user turn of the structured ask: the user's own message quoted (the nearest text a small
+    model copies is then the user's: a faithful memory), the fields named, no example values.
+
+    Why quoted: asked in prose ("I asked you to remember something, and nothing was saved…") the
+    1.5B model put that very prose into ``text`` in 6 of 8 answers; what it copies should be what
+    the user said."""
+    quoted = said.strip().replace(_FENCE, "<< <").replace(_FENCE_END, "> >>")
+    return (f"{MARK}:\n{_FENCE}\n{quoted}\n{_FENCE_END}\nAnswer with JSON: \"type\" (user: {FIELD_WORDS[0]}; "
+            f"feedback: {FIELD_WORDS[1]}; project: {FIELD_WORDS[2]}; reference: {FIELD_WORDS[3]}), \"name\" "
+            f"({FIELD_WORDS[4]}), \"description\" ({FIELD_WORDS[5]}), \"text\" ({FIELD_WORDS[6]}). No secrets.")
+
+
+def is_ask(text: object) -> bool:
+    """Whether a message's text is the structured ask."""
+    return isinstance(text, str) and text.startswith(MARK)
+
 
 _TYPES = [t.value for t in MemoryType]
 #: The shape the server must hold the answer to.

@@ -9,11 +9,12 @@ act on it and the user's store is untouched.
 
 from __future__ import annotations
 
+import math
 import re
 
 from agno.run.base import RunContext
 
-from .auto.doubt import contradicts_user
+from .auto.doubt import contradicts_user, terms
 from .errors import MemoryFormatError
 from .examples import OWN_MESSAGE, bare_placeholder, normalize_text, registry, said_by_user
 from .memdir import MemoryFile
@@ -77,12 +78,27 @@ def refuse_ungrounded(text: str, run_context: RunContext | None, *, what: str = 
 
     Why: a 1.5B model asked to remember "I'm a backend engineer … I write the payment service in Go"
     saved "skills: Go, Python, Java" and "role: 前端工程师": a memory read back in every later session
-    as the user's own words. A name nobody said is the model's invention, whatever else is right."""
-    names = ungrounded_names(text, grounded_words(run_context))
+    as the user's own words. A name nobody said is the model's invention, whatever else is right.
+
+    A whole memory (``what="memory"``) must also share at least a quarter of its content words with
+    what was said: the same model, asked to write a deploy script, saved its own generic steps
+    ("Pull latest code … Monitor application") as a project memory nobody asked for."""
+    said = grounded_words(run_context)
+    verb = "saved" if tool == "save_file" else "changed"
+    names = ungrounded_names(text, said)
     if names:
         raise MemoryFormatError(
             f"the {what} names {', '.join(names[:5])}, which nobody said in this conversation. Nothing was "
-            f"{'saved' if tool == 'save_file' else 'changed'}. Keep only what the user said, then call {tool} again.")
+            f"{verb}. Keep only what the user said, then call {tool} again.")
+    mine = terms(text)
+    if what == "memory" and mine and len(mine & terms(said)) < max(1, math.ceil(MIN_SHARED_WORDS * len(mine))):
+        raise MemoryFormatError(
+            f"the {what} shares almost no words with what the user or a tool said in this conversation. Nothing "
+            f"was {verb}. Save what the user said, in their words, then call {tool} again.")
+
+
+#: Share of a memory's content words that what was said in the run must hold (``refuse_ungrounded``).
+MIN_SHARED_WORDS = 0.25
 
 
 def refuse_contradicting(text: str, run_context: RunContext | None, *, what: str = "memory",

@@ -189,7 +189,9 @@ class MemoryTools(Toolkit):
         if memory is not None:
             refuse_contradicting(f"{memory.name}\n{memory.description}\n{memory.body}", run_context)
             if self.grounded:  # the name is a label ("Date Format"), not a claim: not checked
-                refuse_ungrounded(f"{memory.description}\n{memory.body}", run_context)
+                # "owner: John Doe" is a claim too (put in a sentence: a value alone reads as a title)
+                values = "\n".join(f"{k} is {v}" for k, v in memory.extra.items())
+                refuse_ungrounded(f"{memory.description}\n{memory.body}\n{values}".rstrip(), run_context)
         result = memdir.save(rel, content)
         verb = "Created" if result.created else "Updated"
         note = _filled_note(filled)

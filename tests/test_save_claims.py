@@ -151,7 +151,7 @@ def test_a_remember_request_with_no_save_asks_for_the_memory_as_data(services: M
     ask = llm_server.chat_requests[1].body
     assert ask["response_format"] == save_ask.RESPONSE_FORMAT and not ask.get("tools") and "tool_choice" not in ask
     assert ask["max_tokens"] == save_ask.MAX_TOKENS and ask["model"] == "m"
-    assert last_user(llm_server, 1) == save_ask.ASK
+    assert last_user(llm_server, 1) == save_ask.ask(said)  # the user's own message quoted in it
     assert llm_server.chat_requests[1].messages[-2] == {"role": "assistant", "content": first}
     stored = services.user_agent_dir("u1").read("user_prefers_polars.md").text
     assert stored == ("---\nname: Prefers Polars\ndescription: Uses Polars for dataframes, not pandas\ntype: user\n"
@@ -160,7 +160,7 @@ def test_a_remember_request_with_no_save_asks_for_the_memory_as_data(services: M
     assert len(tool_results) == 1 and "user_prefers_polars.md" in str(tool_results[0].content)
     assert first not in str(out.content) and a.model.text_call_stats.claims == {  # type: ignore[union-attr]
         "nudged": 1, "called": 1}
-    assert all(m.content != save_ask.ASK for m in out.messages or []), "the ask is not kept in the session"
+    assert not any(save_ask.is_ask(m.content) for m in out.messages or []), "the ask is not kept in the session"
 
 
 @pytest.mark.parametrize("answer", [
@@ -181,8 +181,8 @@ def test_an_answer_that_is_not_a_memory_saves_nothing_and_keeps_the_first_answer
 
 @pytest.mark.parametrize("memory", [
     {**MEMORY, "text": "..."},  # a placeholder
-    {"type": "user", "name": "A short title", "description": "One line saying what it holds",
-     "text": "What I asked you to keep, in your own words"},  # the ask's own words handed back
+    {"type": "user", "name": "A few words", "description": "One line",
+     "text": "The memory, in my words"},  # the ask's own words handed back
 ])
 def test_a_memory_the_tools_refuse_is_never_stored(services: MemoryServices, llm_server: ScriptedLLM,
                                                    memory: dict[str, str]) -> None:
@@ -248,14 +248,12 @@ def test_a_failing_second_ask_keeps_the_first_answer(services: MemoryServices, l
 def test_every_field_phrase_of_the_ask_is_a_known_example() -> None:
     """The copy check covers every text we send a model: each phrase the ask uses to describe a
     field is refused as a memory unless the user said it."""
-    import re
 
     from harness_memory.examples import copied_example
 
-    for phrase in re.findall(r"\(([^()]*)\)", save_ask.ASK):
-        for part in phrase.split(";"):
-            words = part.split(":")[-1].strip()
-            assert copied_example(words), words
+    for words in save_ask.FIELD_WORDS:
+        assert copied_example(words), words
+        assert words in save_ask.ask("I use polars. Remember that.")
 
 
 @pytest.mark.parametrize("mode", ["run", "arun"])
@@ -272,7 +270,7 @@ def test_a_claim_is_never_shown_bare_when_the_memory_did_not_come(services: Memo
     a = agent(services, llm_server)
     out = a.run(said) if mode == "run" else asyncio.run(a.arun(said))
     assert out.content == "I could not save it." and len(llm_server.chat_requests) == 3
-    assert last_user(llm_server, 1) == save_ask.ASK and last_user(llm_server, 2) == NUDGE
+    assert save_ask.is_ask(last_user(llm_server, 1)) and last_user(llm_server, 2) == NUDGE
     assert a.model.text_call_stats.claims == {"nudged": 2, "answered": 2}  # type: ignore[union-attr]
 
     llm_server.clear()
@@ -305,7 +303,8 @@ def test_a_streamed_remember_request_with_no_save_asks_for_the_memory(services: 
     a = agent(services, llm_server)
     shown = streamed(a, "I use Polars, not pandas. Please remember that.", mode)
     assert shown == "Sure, Polars it is. Saved: you prefer Polars."
-    assert len(llm_server.chat_requests) == 3 and last_user(llm_server, 1) == save_ask.ASK
+    assert len(llm_server.chat_requests) == 3
+    assert last_user(llm_server, 1) == save_ask.ask("I use Polars, not pandas. Please remember that.")
     assert llm_server.chat_requests[1].body["response_format"] == save_ask.RESPONSE_FORMAT
     assert services.user_agent_dir("u1").read("user_prefers_polars.md").text.endswith(
         "Always use Polars for dataframes; never pandas.\n")

@@ -354,3 +354,38 @@ def test_grounding_is_off_unless_asked(services: MemoryServices, llm_server: Scr
     llm_server.script(tool_calls([("save_file", {"file_name": "user_role.md", "content": content})]), text("ok"))
     agent_for(services, llm_server).run(ROLE_SAID)
     assert tool_answers(llm_server, 1)[-1].startswith("Created memory user_role.md")
+
+
+@pytest.mark.parametrize(("said", "file_name", "content", "refusal"), [
+    # asked for a deploy script, the 1.5B model saved its own generic steps as a project memory
+    ("帮我写一个部署脚本。", "deployment_script.md",
+     "---\nname: Deployment Script\ndescription: A script to automate deployment processes.\ntype: project\n---\n"
+     "# Deployment Steps\n- Pull latest code from repository\n- Run database migrations\n- Deploy application\n",
+     "shares almost no words with what the user or a tool said"),
+    # a frontmatter key holds a claim too: an owner and a deadline nobody named
+    ("I'm planning the Q1 migration of our ledger service from MySQL 5.7 to PostgreSQL 16.", "project_migration.md",
+     "---\ntype: project\nname: Q1 Ledger Migration\ndescription: Migrating the ledger service from MySQL 5.7 to "
+     "PostgreSQL 16.\ndeadline: 2026-12-15\nowner: John Doe\n---\n- Plan the migration of the ledger service.\n",
+     "names 2026-12-15, John, Doe, which nobody said"),
+])
+def test_a_memory_nobody_asked_for_or_holding_invented_claims_is_refused(
+        grounded: MemoryServices, llm_server: ScriptedLLM, said: str, file_name: str, content: str,
+        refusal: str) -> None:
+    llm_server.script(tool_calls([("save_file", {"file_name": file_name, "content": content})]), text("ok"))
+    agent_for(grounded, llm_server).run(said)
+    answer = tool_answers(llm_server, 1)[-1]
+    assert refusal in answer and "Nothing was saved" in answer, answer
+    assert grounded.user_agent_dir("u1").list_entries() == []
+
+
+def test_a_memory_written_as_its_description_alone_is_saved(grounded: MemoryServices, llm_server: ScriptedLLM) -> None:
+    """The 1.5B model's feedback_en and project_en saves: name, description, type and nothing after
+    the closing '---'. The description is the memory: it becomes the text, and the answer says so."""
+    content = ("---\nname: SQL Snowflake Syntax\ndescription: Always write Snowflake SQL for me, never T-SQL.\n"
+               "type: feedback\n---\n")
+    llm_server.script(tool_calls([("save_file", {"file_name": "feedback_sql.md", "content": content})]), text("ok"))
+    agent_for(grounded, llm_server).run("Always write Snowflake SQL for me, never T-SQL. Remember that.")
+    answer = tool_answers(llm_server, 1)[-1]
+    assert answer.startswith("Created memory feedback_sql.md") and "from the description" in answer, answer
+    stored = parse_memory(grounded.user_agent_dir("u1").read("feedback_sql.md").text)
+    assert stored.body.strip() == "Always write Snowflake SQL for me, never T-SQL."

@@ -386,8 +386,9 @@ class Harness:
                 res.wrong_saves_stored += 1
                 continue
             said = user_words(s)  # each line judged alone: a line's first word is not taken for a name
-            if any(unsupported(line.strip(" -*#>\t"), said) for line in f"{memory.description}\n{memory.body}"
-                   .splitlines()):
+            claims = [memory.description, *memory.body.splitlines(),
+                      *(f"{k} is {v}" for k, v in memory.extra.items())]  # "owner: John Doe" is a claim
+            if any(unsupported(line.strip(" -*#>\t"), said) for line in claims):
                 res.invented_saves_stored += 1
                 continue
             if not s.has_fact(whole):  # a save, but not of what the user asked to keep

@@ -216,6 +216,12 @@ def fill_missing_fields(text: str, file_name: str) -> tuple[str, dict[str, Any]]
         if missing("description") and not missing("name"):
             filled["description"] = Filled(clean_line(str(front["name"]))[:MAX_DESCRIPTION_CHARS], "its name")
             adds["description"] = filled["description"].value
+    if not facts and not body.strip() and not missing("description"):
+        # name and description and no text (the 1.5B model's "description: Always write Snowflake SQL
+        # for me." and nothing after the closing '---'): the description is the memory, said once
+        body = clean_line(str(front["description"])) + "\n"
+        text = text.rstrip("\n") + "\n\n" + body
+        filled["body"] = Filled(body.strip(), "the description")
     if missing("type") and (wanted := type_from_name(file_name)) is not None:
         filled["type"] = wanted
         adds["type"] = wanted.value
