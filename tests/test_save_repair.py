@@ -121,7 +121,7 @@ def test_a_file_without_frontmatter_gets_one_when_its_name_says_the_type(tmp_pat
        extra=st.dictionaries(st.sampled_from(["tags", "owner"]), st.text(max_size=20), max_size=2))
 def test_filling_keeps_what_was_written_and_fills_only_what_is_missing(body: str, kind: MemoryType, drop: set[str],
                                                                       extra: dict[str, str]) -> None:
-    front = {"name": "the name", "description": "the description", "type": kind.value, **extra}
+    front = {"name": "the name", "description": "what this memory is about", "type": kind.value, **extra}
     whole = "---\n" + "\n".join(f"{k}: {json.dumps(v, ensure_ascii=False)}" for k, v in front.items()) \
         + "\n---\n\n" + body
     try:
@@ -132,6 +132,13 @@ def test_filling_keeps_what_was_written_and_fills_only_what_is_missing(body: str
                                 if k not in drop) + "\n---\n\n" + body
     fixed, filled = fill_missing_fields(text, f"{kind.value}_some_topic.md")
     has_text = any(ch.isalnum() or ch == "_" for ch in body)
+    if "body" in filled and filled["body"].source == "the description":  # no text at all: the description is it
+        assert not body.strip() and "description" not in drop
+        memory = parse_memory(fixed)
+        assert memory.body.strip() == "what this memory is about" and set(filled) - {"body"} <= drop
+        assert memory.extra == expected.extra  # keys that could not be the text stay where they were
+        assert memory.type is kind
+        return
     if "body" in filled:  # no text, other keys: the keys became the text (and the name the description)
         assert not has_text and expected.extra
         memory = parse_memory(fixed)
@@ -146,7 +153,7 @@ def test_filling_keeps_what_was_written_and_fills_only_what_is_missing(body: str
     assert memory.type is kind and memory.body == expected.body and memory.extra == expected.extra
     assert memory.name == ("some topic" if "name" in drop else "the name")
     if "description" not in drop:
-        assert memory.description == "the description"
+        assert memory.description == "what this memory is about"
     else:
         assert memory.description and memory.description in clean_line(body.replace("**", ""))
 

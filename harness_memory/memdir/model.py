@@ -216,7 +216,7 @@ def fill_missing_fields(text: str, file_name: str) -> tuple[str, dict[str, Any]]
         if missing("description") and not missing("name"):
             filled["description"] = Filled(clean_line(str(front["name"]))[:MAX_DESCRIPTION_CHARS], "its name")
             adds["description"] = filled["description"].value
-    if not facts and not body.strip() and not missing("description"):
+    if not facts and not body.strip() and not missing("description") and _says_enough(str(front["description"])):
         # name and description and no text (the 1.5B model's "description: Always write Snowflake SQL
         # for me." and nothing after the closing '---'): the description is the memory, said once
         body = clean_line(str(front["description"])) + "\n"
@@ -241,6 +241,12 @@ def fill_missing_fields(text: str, file_name: str) -> tuple[str, dict[str, Any]]
         return (text, filled) if filled else (original, {})
     fixed, ok = _add_fields(text, adds)
     return (fixed, filled) if ok else (original, {})
+
+
+def _says_enough(description: str) -> bool:
+    """Whether a description can stand as a memory's whole text: three words or more (six CJK
+    characters). "role" is a label, not a memory."""
+    return len(re.findall(r"[^\W\d_]{2,}", description)) >= 3 or len(re.findall(r"[\u3400-\u9fff]", description)) >= 6
 
 
 def _facts_in_front(front: dict[str, Any]) -> dict[str, str] | None:
