@@ -157,13 +157,19 @@ def test_an_edited_fact_becomes_protected(auto: AutoMemory) -> None:
 
 
 def test_a_merge_must_hold_its_sources(auto: AutoMemory) -> None:
-    """Seen with Qwen2.5-Coder-1.5B (issue 30's run): two unrelated facts "merged" into a text that
-    holds neither. Refused whole: both facts stay as they were."""
+    """Seen with Qwen2.5-Coder-1.5B (issue 30's runs): two unrelated facts "merged" into a text that
+    holds neither. No merge: both facts stay as they were, and the text is judged as the new fact
+    it is (in a later run that text was the user's own "Always want Polars for dataframes", lost
+    with the refused merge)."""
     a, b = seed(auto, "Has a cat named Miso", "Plays chess on Sundays")
     before = stored(auto)
     report = apply(auto, UpdatePlan(new_facts=[merge("Use pandas for the dataframe library", a, b)]))
-    assert stored(auto) == before and report.merged == []
+    after = stored(auto)
+    assert {fid: after[fid] for fid in before} == before and report.merged == []
+    assert [f.content for fid, f in after.items() if fid not in before] == ["Use pandas for the dataframe library"]
     assert [(r.ids, r.reason) for r in report.merges_refused] == [((a, b), "merge_loses_source")]
+    for fid in report.added:  # (a plain fact now: out of the way of the valid merge below)
+        auto.delete_fact("u1", fid)
     ok = apply(auto, UpdatePlan(new_facts=[merge("Has a cat named Miso; plays chess on Sundays", a, b)]))
     assert len(ok.merged) == 1 and [f.content for f in stored(auto).values()] == [
         "Has a cat named Miso; plays chess on Sundays"]
@@ -307,3 +313,13 @@ def test_a_merge_whose_text_is_refused_leaves_its_sources(auto: AutoMemory) -> N
                                                        merges=(a, b))]))  # below the threshold
     assert stored(auto) == before and report.merged == []
     assert [(r.ids, r.reason) for r in report.merges_refused] == [((a, b), "merge_text_refused")]
+
+
+def test_a_users_fact_with_a_wrong_merge_id_is_kept(auto: AutoMemory) -> None:
+    """The 1.5B model's answer in the final run of issue 30: the user's fact carried "merges" naming
+    a seed fact it has nothing to do with. The seed stays, the user's fact is stored."""
+    [seed_id] = seed(auto, "Plays chess on Sundays")
+    report = apply(auto, UpdatePlan(new_facts=[merge("Always want Polars for dataframes", seed_id)]))
+    assert sorted(f.content for f in stored(auto).values()) == ["Always want Polars for dataframes",
+                                                                "Plays chess on Sundays"]
+    assert len(report.added) == 1 and report.merged == []

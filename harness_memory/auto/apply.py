@@ -213,11 +213,19 @@ def _check_merges(plan: UpdatePlan, txn: AutoTxn, snapshot: AutoView,
         report.merges_proposed += 1
         ids = tuple(dict.fromkeys(proposed.merges))
         reason = _merge_refusal(ids, txn, snapshot, removed, claimed) or _merge_loses(proposed.content, ids, txn)
-        claimed.update(ids)
         if reason is None:
+            claimed.update(ids)
             out[index] = [txn.view.facts[fid] for fid in ids]
             continue
-        out[index] = None
+        if reason == "merge_loses_source":
+            # The text holds not its sources but something else: no merge, the sources stay, and the
+            # text is judged as the new fact it is (the 1.5B model put "merges" on the user's
+            # "Always want Polars for dataframes", naming a seed fact; refused whole, the user's fact
+            # was lost with it).
+            out[index] = []
+        else:
+            claimed.update(ids)
+            out[index] = None
         report.merges_refused.append(MergeRefusal(proposed.content, ids, reason))
         report.reject(reason, f"{proposed.content} <- {', '.join(ids)}")
     return out
