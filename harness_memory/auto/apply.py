@@ -18,7 +18,9 @@ the model says. In order:
    a removal of the same answer already names, more than ``MAX_MERGE_SOURCES`` ids, a fact
    changed since the model saw it, or a protected fact (a correction — each says what to avoid —
    or a fact a person entered or edited) is refused whole: every source stays as it was and the
-   merged text is not stored (it restates facts that are all still there).
+   merged text is not stored (it restates facts that are all still there). A text that does not
+   hold its sources (``_merge_loses``) is no merge: the sources stay and the text is judged as the
+   new fact it is.
 4. **Reinforcement**: ``factsToReinforce`` counts only with a reinforcement signal.
 5. **Removals** need a reason: the new fact that replaces the old one (``replacedBy``, which must
    have been stored under another id) or a "forget" signal in the user's words; facts a person
