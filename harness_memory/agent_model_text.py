@@ -112,21 +112,15 @@ class TextToolCalls:
         except Exception:  # the second ask is ours: its failure never costs the user the first answer
             log.warning("asking the model again about an unsaved memory failed", exc_info=True)
             again = None
-        out = self._after_nudge(again, response, nudged[0], nudged[1])
-        if out is not response or not _CLAIM.search(response.content):
+        out, words = self._settle(again, response, nudged, args, kwargs)
+        if words is None:
             return out
-        if not _asked_for_memory(nudged):
-            return _without_claim(response)
-        # The memory was asked for and did not come, and the first answer claims it was saved: that
-        # claim is never shown as it is; asked in words, the model answers again (or makes the call).
-        words = self._words_request(response, args, kwargs)
         try:
             again = super().invoke(*words[0], **words[1])  # type: ignore[misc]
         except Exception:
             log.warning("asking the model again about an unsaved memory failed", exc_info=True)
             again = None
-        out = self._after_nudge(again, response, *words)
-        return _without_claim(response) if out is response else out
+        return self._settle_words(again, response, words)
 
     async def ainvoke(self, *args: Any, **kwargs: Any) -> Any:
         response = self._recover_whole(await super().ainvoke(*args, **kwargs), args, kwargs)  # type: ignore[misc]
@@ -141,19 +135,15 @@ class TextToolCalls:
         except Exception:
             log.warning("asking the model again about an unsaved memory failed", exc_info=True)
             again = None
-        out = self._after_nudge(again, response, nudged[0], nudged[1])
-        if out is not response or not _CLAIM.search(response.content):
+        out, words = self._settle(again, response, nudged, args, kwargs)
+        if words is None:
             return out
-        if not _asked_for_memory(nudged):
-            return _without_claim(response)
-        words = self._words_request(response, args, kwargs)  # as in ``invoke``
         try:
             again = await super().ainvoke(*words[0], **words[1])  # type: ignore[misc]
         except Exception:
             log.warning("asking the model again about an unsaved memory failed", exc_info=True)
             again = None
-        out = self._after_nudge(again, response, *words)
-        return _without_claim(response) if out is response else out
+        return self._settle_words(again, response, words)
 
     def invoke_stream(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
         stream = super().invoke_stream(*args, **kwargs)  # type: ignore[misc]
@@ -305,6 +295,23 @@ class TextToolCalls:
                                     function=ChoiceDeltaToolCallFunction(name=SAVE_TOOL, arguments=_dump(arguments)))])
         elif _CLAIM.search(held.text):
             yield ModelResponse(content=f"\n\n{CLAIM_WITHDRAWN}")
+
+    def _settle(self, again: Any, response: Any, nudged: tuple[tuple[Any, ...], dict[str, Any]],
+                args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, tuple[Any, ...] | None]:
+        """After the first ask again: ``(answer, None)``, or ``(None, request)`` when the memory was
+        asked for and did not come while the first answer claims it was saved: that claim is never
+        shown as it is; asked in words (``request``), the model answers again or makes the call."""
+        out = self._after_nudge(again, response, nudged[0], nudged[1])
+        if out is not response or not _CLAIM.search(response.content):
+            return out, None
+        if not _asked_for_memory(nudged):
+            return _without_claim(response), None
+        return None, self._words_request(response, args, kwargs)
+
+    def _settle_words(self, again: Any, response: Any, words: tuple[tuple[Any, ...], dict[str, Any]]) -> Any:
+        """The answer after the ask in words: its call or answer, else the claim with what is true."""
+        out = self._after_nudge(again, response, *words)
+        return _without_claim(response) if out is response else out
 
     def _words_request(self, response: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
                        ) -> tuple[tuple[Any, ...], dict[str, Any]]:
